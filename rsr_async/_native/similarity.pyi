@@ -1,0 +1,6 @@
+from collections.abc import Sequence
+
+__all__ = ["command_jaccard", "normalize_command"]
+
+def normalize_command(command: str) -> str: ...
+def command_jaccard(a: Sequence[str], b: Sequence[str]) -> float: ...

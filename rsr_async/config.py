@@ -1,0 +1,339 @@
+"""Settings as data: frozen msgspec Structs, loaded from TOML files in ``configs/``.
+
+A config file is partial: it names only what it changes, and is laid over the defaults
+(``Config()``, which ``configs/default.toml`` spells out). Several files are laid in
+order, then ``--set section.key=value`` overrides from the command line. Any unknown key,
+wrong type or bad value raises :class:`~rsr_async.errors.ConfigError` naming the file,
+the key path and what was expected.
+
+Each field's docstring is the string just below it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from .errors import ConfigError
+
+__all__ = [
+    "CONFIG_DIR",
+    "Config",
+    "EngineConfig",
+    "HarnessConfig",
+    "LLMConfig",
+    "RsrConfig",
+    "RunConfig",
+    "SandboxConfig",
+    "SimConfig",
+    "load_config",
+]
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def _positive(key: str, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{key}: expected a number > 0, got {value!r}")
+
+
+class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What to run."""
+
+    run_dir: str = ""
+    """Run directory (store, event log, summary). Empty: ``runs/<timestamp>``."""
+    dataset: tuple[str, ...] = ()
+    """Task directories or list files. Empty: the bundled suite (``tasks/``)."""
+    harnesses: tuple[str, ...] = ("terminus2",)
+    """Harnesses for the discover stage."""
+    attempts: int = 1
+    """Attempts per (task, harness)."""
+    concurrency: int = 64
+    """Episodes in flight at once."""
+    seed: int = 0
+    """Base seed; each episode derives its own from its job key."""
+
+    def __post_init__(self) -> None:
+        _positive("run.attempts", self.attempts)
+        _positive("run.concurrency", self.concurrency)
+
+
+class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Docker sandboxes."""
+
+    docker_urls: tuple[str, ...] = ("unix:///var/run/docker.sock",)
+    """Docker hosts (unix:// or tcp://); episodes spread over them by load."""
+    base_image: str = "rsr-base:bookworm"
+    """Offline base image built by ``images bootstrap`` (debootstrap + docker import)."""
+    debian_mirror: str = "http://deb.debian.org/debian"
+    """Mirror debootstrap reads when bootstrapping the base image."""
+    debian_suite: str = "bookworm"
+    """Debian release of the base image."""
+    starts_per_s: float = 8.0
+    """Rate limit on container starts per Docker host."""
+    max_concurrent_starts: int = 16
+    """Container creations/starts in flight at once per Docker host."""
+    default_cpus: float = 1.0
+    """CPU limit when the task sets none."""
+    default_memory_mb: int = 2048
+    """Memory limit (MiB) when the task sets none."""
+    pids_limit: int = 1024
+    """Maximum processes per sandbox (stops fork bombs)."""
+    allow_network: bool = False
+    """Allow network for tasks that ask for it (both must agree)."""
+    warm_pool: int = 0
+    """Containers kept started ahead of demand per image (0: none)."""
+    build_concurrency: int = 2
+    """Image builds in flight at once."""
+    api_timeout_s: float = 120.0
+    """Deadline for one Docker API call."""
+    command_timeout_s: float = 600.0
+    """Default deadline for ``run(cmd)`` inside a sandbox."""
+
+    def __post_init__(self) -> None:
+        if not self.docker_urls:
+            raise ValueError("sandbox.docker_urls: expected at least one Docker URL")
+        _positive("sandbox.starts_per_s", self.starts_per_s)
+        _positive("sandbox.pids_limit", self.pids_limit)
+
+
+class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Model servers and how to talk to them."""
+
+    urls: tuple[str, ...] = ()
+    """SGLang servers or one sglang-router URL. Empty: start the embedded simulator."""
+    api: Literal["native", "openai"] = "native"
+    """``native``: SGLang ``/generate`` with a client-side chat template; ``openai``: chat."""
+    model: str = "scripted-stand-in"
+    """Model name sent to the server (and recorded in trajectories)."""
+    routing: Literal["sticky", "round_robin", "router"] = "sticky"
+    """``sticky``: cache-affine per episode; ``router``: one sglang-router URL decides."""
+    max_inflight_per_server: int = 512
+    """Requests in flight per server."""
+    connect_timeout_s: float = 10.0
+    """Deadline to connect."""
+    read_timeout_s: float = 600.0
+    """Deadline between bytes of a reply."""
+    total_timeout_s: float = 1800.0
+    """Deadline for a whole call, retries included."""
+    max_retries: int = 4
+    """Retries for connection errors, 5xx, 429 and in-stream errors (never other 4xx)."""
+    backoff_s: float = 0.5
+    """Base of the jittered exponential backoff between retries."""
+    max_new_tokens: int = 4096
+    """Always sent explicitly (SGLang's ``/generate`` default is 128)."""
+    temperature: float | None = None
+    """Sampling temperature; None lets the server decide (Harbor sends none)."""
+    top_p: float | None = None
+    """Nucleus sampling; None lets the server decide."""
+    context_length: int = 32768
+    """Context window used when the server does not report one."""
+    chat_template: str = ""
+    """Jinja chat template for native mode. Empty: the built-in ChatML template."""
+    health_interval_s: float = 5.0
+    """Seconds between health checks of each server."""
+    breaker_failures: int = 5
+    """Consecutive failures that open a server's circuit breaker."""
+    breaker_reset_s: float = 10.0
+    """Seconds an open breaker waits before letting one probe request through."""
+    balance_abs_threshold: int = 64
+    """Sticky routing yields when max - min in-flight exceeds this ..."""
+    balance_rel_threshold: float = 1.5
+    """... and max > min * this (sglang-router's cache_aware rule)."""
+
+    def __post_init__(self) -> None:
+        _positive("llm.max_new_tokens", self.max_new_tokens)
+        _positive("llm.max_inflight_per_server", self.max_inflight_per_server)
+        if self.max_retries < 0:
+            raise ValueError("llm.max_retries: expected a number >= 0")
+
+
+class HarnessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Agent harness settings (Terminus 2 and friends)."""
+
+    max_turns: int = 200
+    """Model turns per episode (the TB2 reference configs use 200)."""
+    max_observation_bytes: int = 10000
+    """Observations longer than this keep the first and last half."""
+    max_duration_s: float = 60.0
+    """Longest wait the model may ask for after a command."""
+    default_duration_s: float = 1.0
+    """Wait used when a command gives no duration (with a warning)."""
+    handoff_free_tokens: int = 8000
+    """Hand off (summarise) when free context falls under this many tokens."""
+
+    def __post_init__(self) -> None:
+        _positive("harness.max_turns", self.max_turns)
+        _positive("harness.max_observation_bytes", self.max_observation_bytes)
+
+
+class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Scheduler, store and progress."""
+
+    grace_period_s: float = 30.0
+    """After the first Ctrl-C, how long running jobs may finish before being cancelled."""
+    infra_retries: int = 2
+    """Extra attempts for a job that failed on infrastructure (never for a model failure)."""
+    job_deadline_s: float = 0.0
+    """Wall clock per job; 0 uses the task's agent timeout plus the verifier timeout."""
+    progress: Literal["auto", "rich", "plain", "none"] = "auto"
+    """Live display: rich on a TTY, plain lines otherwise."""
+    metrics_port: int = 0
+    """Serve Prometheus metrics on this loopback port (0: off)."""
+    store_batch_ms: float = 50.0
+    """The store writer commits at most this often (batched transactions)."""
+
+
+class RsrConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The rewrite pipeline (paper defaults in ``configs/paper.toml``)."""
+
+    runbooks_per_source: int = 4
+    """K: runbooks the planner writes per successful source trajectory."""
+    executions_per_runbook: int = 4
+    """M: executor episodes per accepted runbook."""
+    executor_temperature: float = 0.7
+    """Sampling temperature of the executor."""
+    executor_harness: str = "terminus2"
+    """The executor is plain Terminus 2."""
+    critic_max_retries: int = 2
+    """Regenerations of a rejected runbook before it is dropped."""
+    rsrt_wall_clock_min: float = 180.0
+    """RSRT's hidden-verifier loop ends at this wall clock."""
+    observation_bytes_for_planner: int = 2000
+    """Compressed trajectories keep this many bytes of each observation (head/tail)."""
+
+
+class SimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The SGLang-compatible simulator (``sim-server``) and its latency model."""
+
+    host: str = "127.0.0.1"
+    """Listen address (loopback only)."""
+    port: int = 30000
+    """Listen port."""
+    model_name: str = "scripted-stand-in"
+    """Name reported by ``/get_model_info`` and ``/v1/models``."""
+    context_length: int = 32768
+    """Context window reported and enforced."""
+    prefill_us_per_token: float = 20.0
+    """Latency per uncached prompt token."""
+    decode_us_per_token: float = 400.0
+    """Latency per generated token."""
+    max_running_requests: int = 256
+    """Requests decoded at once; the rest queue."""
+    cache_tokens: int = 2_000_000
+    """Radix cache capacity in tokens (LRU eviction)."""
+    error_rate: float = 0.0
+    """Fault injection: share of requests answered with HTTP 500."""
+    slow_rate: float = 0.0
+    """Fault injection: share of requests delayed by ``slow_s``."""
+    slow_s: float = 5.0
+    """Extra delay for slow requests."""
+    drop_rate: float = 0.0
+    """Fault injection: share of connections dropped before replying."""
+    seed: int = 0
+    """Seed for fault injection and the scripted model."""
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every setting of the engine, one section per room."""
+
+    run: RunConfig = RunConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    llm: LLMConfig = LLMConfig()
+    harness: HarnessConfig = HarnessConfig()
+    engine: EngineConfig = EngineConfig()
+    rsr: RsrConfig = RsrConfig()
+    sim: SimConfig = SimConfig()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain builtins, e.g. to store with a run and compare on resume."""
+        result: dict[str, Any] = msgspec.to_builtins(self)
+        return result
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_override(text: str) -> dict[str, Any]:
+    """``a.b=value`` → ``{"a": {"b": value}}``; the value is read as TOML, else a string."""
+    path, sep, raw = text.partition("=")
+    if not sep or not path.strip():
+        raise ConfigError(f"--set {text!r}: expected section.key=value")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    node: dict[str, Any] = {}
+    root = node
+    parts = path.strip().split(".")
+    for part in parts[:-1]:
+        node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+    return root
+
+
+def _convert(data: dict[str, Any], source: str) -> Config:
+    try:
+        return msgspec.convert(data, Config)
+    except (msgspec.ValidationError, ValueError, TypeError) as exc:
+        # msgspec names the path as ``$.llm.urls[0]``; make it read as a key path.
+        message = str(exc).replace("`$.", "`").replace("- at `$`", "")
+        raise ConfigError(f"{source}: {message}") from exc
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read one TOML config file, with errors naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: config file not found") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    _convert(data, str(path))  # validate this file alone, so errors name it
+    return data
+
+
+def resolve_config_path(name: str | Path) -> Path:
+    """A path as given, or a bare name (``paper``) looked up in ``configs/``."""
+    path = Path(name)
+    if path.exists() or path.suffix or "/" in str(name):
+        return path
+    return CONFIG_DIR / f"{name}.toml"
+
+
+def load_config(
+    files: Iterable[str | Path] = (),
+    overrides: Iterable[str] = (),
+    values: Mapping[str, Any] | None = None,
+) -> Config:
+    """Defaults, then each file in order, then ``--set`` overrides, then ``values``.
+
+    ``values`` is a nested mapping from CLI flags (e.g. ``{"run": {"concurrency": 512}}``).
+    """
+    data: dict[str, Any] = {}
+    for name in files:
+        data = _merge(data, read_config_file(resolve_config_path(name)))
+    for text in overrides:
+        patch = _parse_override(text)
+        data = _merge(data, patch)
+        _convert(data, f"--set {text}")
+    if values:
+        data = _merge(data, values)
+    return _convert(data, "command line" if values else "config")

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Make this checkout ready to run: venv, dependencies, native build, base image.
+# Idempotent and quick when nothing changed; safe to run on a fresh machine (as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: $PYTHON is older than Python 3.11; set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+
+# Reinstall dependencies only when pyproject.toml or setup.py changed.
+stamp=.venv/.rsr-installed
+want=$(cat pyproject.toml setup.py | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing dependencies"
+  log=.venv/install.log
+  if ! { .venv/bin/python -m pip install -q --upgrade pip setuptools wheel &&
+         .venv/bin/python -m pip install -q -e '.[dev]'; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: installing dependencies failed (log above, also in $log)" >&2
+    exit 1
+  fi
+  echo "$want" > "$stamp"
+fi
+
+# Build the Cython extensions in place (fails under CI=1 rather than falling back).
+.venv/bin/python setup.py -q build_ext --inplace 2>&1 | { grep -v -E '^(Compiling|\[[0-9]+/[0-9]+\] Cythonizing)' || true; }
+.venv/bin/python -c 'import rsr_async._native as n; print("setup: native extensions", "active" if n.NATIVE else "NOT built (pure-Python twins)")'
+
+# The offline base image for sandboxes (debootstrap + docker import; skipped when present).
+if [ -f rsr_async/sandbox/commands.py ]; then
+  .venv/bin/python -m rsr_async images bootstrap
+fi

@@ -1,0 +1,81 @@
+"""The contract between the engine/harnesses/verifier and sandboxes.
+
+The Docker implementation and the fakes in ``rsr_async.testing`` both satisfy these
+protocols. A harness sees only :class:`ShellSession`; a verifier sees :class:`Sandbox`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+__all__ = ["ExecResult", "Sandbox", "ShellSession"]
+
+
+class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Outcome of running one command to completion."""
+
+    exit_code: int
+    output: str
+    """stdout and stderr, merged, decoded with replacement of invalid UTF-8."""
+    timed_out: bool = False
+
+
+class ShellSession(Protocol):
+    """One persistent interactive bash on a pty: what the agent types into."""
+
+    @property
+    def alive(self) -> bool:
+        """False once the shell has exited (e.g. the model typed ``exit``)."""
+        ...
+
+    async def send(self, keys: str) -> None:
+        """Type Terminus keystrokes: literal text, or one special key such as ``C-c``."""
+        ...
+
+    async def wait(self, max_s: float) -> bool:
+        """Wait up to ``max_s``; return early (True) once the command is done and quiet."""
+        ...
+
+    def observe(self, max_bytes: int = 10000) -> str:
+        """New output since the last observation, cleaned of ANSI codes; the screen when
+        nothing is new; head/tail-truncated to ``max_bytes`` with the omitted count."""
+        ...
+
+    def screen(self) -> str:
+        """The terminal screen as a person would see it now."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Sandbox(Protocol):
+    """One fresh, isolated container for one episode."""
+
+    @property
+    def id(self) -> str: ...
+
+    async def run(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        """Run ``bash -c command`` to completion; the timeout is enforced in the container."""
+        ...
+
+    async def upload(self, local: Path, remote: str) -> None:
+        """Copy a local file or directory to ``remote`` (a directory is copied whole)."""
+        ...
+
+    async def download(self, remote: str, local: Path) -> None:
+        """Copy ``remote`` (file or directory) to ``local``."""
+        ...
+
+    async def shell(self) -> ShellSession:
+        """The episode's persistent shell; a new one if the last one exited."""
+        ...

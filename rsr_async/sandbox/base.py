@@ -61,11 +61,11 @@ class Sandbox(Protocol):
         self,
         command: str,
         *,
-        timeout: float,
+        time_limit: float,
         env: dict[str, str] | None = None,
         workdir: str | None = None,
     ) -> ExecResult:
-        """Run ``bash -c command`` to completion; the timeout is enforced in the container."""
+        """Run ``bash -c command`` to completion; ``time_limit`` (seconds) is enforced inside the container, since Docker cannot kill an exec."""
         ...
 
     async def upload(self, local: Path, remote: str) -> None:

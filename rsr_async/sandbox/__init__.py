@@ -1,0 +1,44 @@
+"""Docker sandboxes: fresh, isolated containers with a persistent shell, over aiodocker.
+
+```
+SandboxPool (one per engine run, all Docker hosts)
+├── ensure_image(task)        task image, built once per content hash
+├── sandbox(task, key=...)    fresh container, removed on exit (shielded)
+│   └── DockerSandbox         run(), upload(), download(), shell()
+│       └── DockerShell       one bash on one exec stream with a pty: send/wait/observe
+└── statistics()              SandboxStats
+bootstrap_base_image()        offline base image (debootstrap + docker import)
+sweep()                       leftover labelled containers whose owner is gone
+```
+
+The contract the rest of the engine codes against is :mod:`rsr_async.sandbox.base`.
+"""
+
+from __future__ import annotations
+
+from .base import ExecResult, Sandbox, ShellSession
+from .container import ContainerState, DockerSandbox
+from .images import BASE_PACKAGES, bootstrap_base_image, task_image_tag
+from .pool import LeftoverContainer, SandboxPool, SandboxStats, owner_gone, sweep
+from .shell import DockerShell
+from .terminal import clean_output, parse_keystrokes, truncate_output
+
+__all__ = [
+    "BASE_PACKAGES",
+    "ContainerState",
+    "DockerSandbox",
+    "DockerShell",
+    "ExecResult",
+    "LeftoverContainer",
+    "Sandbox",
+    "SandboxPool",
+    "SandboxStats",
+    "ShellSession",
+    "bootstrap_base_image",
+    "clean_output",
+    "owner_gone",
+    "parse_keystrokes",
+    "sweep",
+    "task_image_tag",
+    "truncate_output",
+]

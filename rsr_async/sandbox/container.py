@@ -1,0 +1,307 @@
+"""One episode's container: commands to completion, file transfer, and its shell."""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import shutil
+import tarfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiodocker
+import aiohttp
+import anyio
+import msgspec
+
+from ..errors import ContainerError, DockerUnavailableError, SandboxError
+from .base import ExecResult
+from .shell import DockerShell
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+__all__ = ["ContainerState", "DockerSandbox", "docker_errors"]
+
+_RUN_OUTPUT_KEEP = 1 << 20
+"""``run`` keeps the first and last MiB of output: verifier logs are never larger."""
+_KILL_GRACE_S = 5
+"""After its time limit a command gets SIGTERM, then SIGKILL this many seconds later."""
+
+
+@contextmanager
+def docker_errors(what: str, *, url: str = "") -> Iterator[None]:
+    """Map aiodocker/aiohttp failures of ``what`` to the engine's sandbox errors."""
+    try:
+        yield
+    except aiodocker.DockerError as exc:
+        if exc.status == 900:  # aiodocker's code for "cannot connect"
+            raise DockerUnavailableError(
+                f"{what}: Docker daemon unreachable at {url or 'its URL'}: {exc.message}; "
+                "is dockerd running and the URL in sandbox.docker_urls right?"
+            ) from exc
+        raise ContainerError(f"{what}: Docker said {exc.status}: {exc.message}") from exc
+    except (aiohttp.ClientError, ConnectionError) as exc:
+        raise DockerUnavailableError(
+            f"{what}: Docker daemon unreachable at {url or 'its URL'}: {exc}"
+        ) from exc
+    except TimeoutError as exc:
+        raise SandboxError(f"{what}: Docker did not answer in time") from exc
+
+
+class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
+    """What Docker says about a container right now."""
+
+    running: bool
+    oom_killed: bool
+    exit_code: int | None
+    status: str
+
+
+class DockerSandbox:
+    """A fresh container for one episode (implements :class:`~rsr_async.sandbox.base.Sandbox`).
+
+    Made by :meth:`SandboxPool.sandbox`, which removes it when the episode ends.
+    """
+
+    def __init__(
+        self,
+        container: aiodocker.docker.DockerContainer,
+        *,
+        task_name: str,
+        key: str,
+        url: str,
+        task_group: TaskGroup,
+        api_timeout_s: float,
+        env: dict[str, str],
+        workdir: str | None,
+    ) -> None:
+        self._container = container
+        self._task = task_name
+        self._key = key
+        self._url = url
+        self._tg = task_group
+        self._api_timeout = api_timeout_s
+        self._env = env
+        self._workdir = workdir
+        self._shell: DockerShell | None = None
+        self._shells: list[DockerShell] = []
+
+    @property
+    def id(self) -> str:
+        """The Docker container id."""
+        return str(self._container.id)
+
+    @property
+    def name(self) -> str:
+        """``task/episode key``, used in every error message."""
+        return f"task {self._task!r} (episode {self._key})"
+
+    async def run(
+        self,
+        command: str,
+        *,
+        time_limit: float,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        """Run ``bash -c command`` to completion, merged output, exit code.
+
+        ``time_limit`` is enforced inside the container with coreutils ``timeout`` (Docker
+        cannot kill an exec); exit 124/137 after the limit is reported as ``timed_out``.
+        """
+        limit = max(time_limit, 0.001)
+        argv = [
+            "timeout",
+            "-k",
+            str(_KILL_GRACE_S),
+            f"{limit:.3f}",
+            "bash",
+            "-c",
+            command,
+        ]
+        environment = {**self._env, **(env or {})}
+        started = time.monotonic()
+        with docker_errors(f"{self.name}: exec", url=self._url), anyio.fail_after(self._api_timeout):
+            execution = await self._container.exec(
+                argv,
+                stdin=False,
+                tty=False,
+                environment=environment,
+                workdir=workdir or self._workdir,
+            )
+        head = bytearray()
+        tail = bytearray()
+        dropped = 0
+        ended = False
+        stream = execution.start(detach=False)
+        try:
+            # Our own deadline backs up `timeout`: a background child holding stdout
+            # open keeps the stream alive after the command itself is gone.
+            with anyio.move_on_after(limit + _KILL_GRACE_S + 10), docker_errors(
+                f"{self.name}: exec stream", url=self._url
+            ):
+                while True:
+                    message = await stream.read_out()
+                    if message is None:
+                        ended = True
+                        break
+                    data = message.data
+                    if len(head) < _RUN_OUTPUT_KEEP:
+                        room = _RUN_OUTPUT_KEEP - len(head)
+                        head += data[:room]
+                        data = data[room:]
+                    if data:
+                        tail += data
+                        if len(tail) > 2 * _RUN_OUTPUT_KEEP:
+                            cut = len(tail) - _RUN_OUTPUT_KEEP
+                            dropped += cut
+                            del tail[:cut]
+        finally:
+            with anyio.move_on_after(5, shield=True):
+                try:
+                    await stream.close()
+                except (OSError, RuntimeError, aiohttp.ClientError):
+                    pass  # the daemon already closed it
+        output = head.decode("utf-8", errors="replace")
+        if dropped:
+            output += f"\n[... {dropped} bytes of output not kept ...]\n"
+        output += tail.decode("utf-8", errors="replace")
+        elapsed = time.monotonic() - started
+        exit_code = await self._exit_code(execution) if ended else None
+        if exit_code is None:
+            await self._check_alive()
+            return ExecResult(exit_code=124, output=output, timed_out=True)
+        if exit_code == 137:
+            await self._check_alive()
+        timed_out = exit_code in (124, 137) and elapsed >= limit * 0.99
+        return ExecResult(exit_code=exit_code, output=output, timed_out=timed_out)
+
+    async def _exit_code(self, execution: Any) -> int | None:
+        # The exit code lands shortly after the stream's end; poll briefly for it.
+        with docker_errors(f"{self.name}: exec inspect", url=self._url), anyio.fail_after(
+            self._api_timeout
+        ):
+            for _ in range(100):
+                info = await execution.inspect()
+                if not info.get("Running") and info.get("ExitCode") is not None:
+                    return int(info["ExitCode"])
+                await anyio.sleep(0.02)
+        return None
+
+    async def state(self) -> ContainerState:
+        """Docker's view of the container (running, OOM-killed, exit code)."""
+        with docker_errors(f"{self.name}: inspect", url=self._url), anyio.fail_after(
+            self._api_timeout
+        ):
+            info = await self._container.show()
+        state = info.get("State", {})
+        return ContainerState(
+            running=bool(state.get("Running")),
+            oom_killed=bool(state.get("OOMKilled")),
+            exit_code=state.get("ExitCode"),
+            status=str(state.get("Status", "")),
+        )
+
+    async def _check_alive(self) -> None:
+        """Raise :class:`ContainerError` if the container itself died (OOM or otherwise)."""
+        state = await self.state()
+        if state.running:
+            return
+        if state.oom_killed:
+            raise ContainerError(
+                f"{self.name}: container was OOM-killed (memory limit reached); "
+                "raise the task's memory_mb or sandbox.default_memory_mb"
+            )
+        raise ContainerError(
+            f"{self.name}: container stopped ({state.status}, exit code {state.exit_code})"
+        )
+
+    async def upload(self, local: Path, remote: str) -> None:
+        """Copy a local file or directory to ``remote`` (a directory is copied whole)."""
+        local = Path(local)
+        if not local.exists():
+            raise SandboxError(f"{self.name}: upload source {local} does not exist")
+        remote = posixpath.normpath(remote if remote.startswith("/") else "/" + remote)
+        data = await anyio.to_thread.run_sync(_tar_of, local, remote.lstrip("/"))
+        with docker_errors(f"{self.name}: upload to {remote}", url=self._url), anyio.fail_after(
+            self._api_timeout
+        ):
+            # Docker creates missing parent directories while extracting at "/".
+            await self._container.put_archive("/", data)  # type: ignore[no-untyped-call]
+
+    async def download(self, remote: str, local: Path) -> None:
+        """Copy ``remote`` (file or directory) to ``local``; FileNotFoundError if absent."""
+        try:
+            with anyio.fail_after(self._api_timeout):
+                archive = await self._container.get_archive(remote)
+        except aiodocker.DockerError as exc:
+            if exc.status == 404:
+                raise FileNotFoundError(f"{self.name}: no {remote} in the sandbox") from exc
+            with docker_errors(f"{self.name}: download of {remote}", url=self._url):
+                raise
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            with docker_errors(f"{self.name}: download of {remote}", url=self._url):
+                raise
+        await anyio.to_thread.run_sync(_extract_to, archive, Path(local))
+
+    async def shell(self) -> DockerShell:
+        """The episode's persistent shell; a new one if the last one exited."""
+        if self._shell is None or not self._shell.alive:
+            if self._shell is not None:
+                await self._shell.close()
+            self._shell = await self.open_shell()
+        return self._shell
+
+    async def open_shell(self) -> DockerShell:
+        """Another independent bash session in the same container (closed with it)."""
+        shell = DockerShell(self._container, name=self.name, api_timeout_s=self._api_timeout)
+        self._shells.append(shell)
+        await shell.start(self._tg, env=self._env, workdir=self._workdir)
+        return shell
+
+    async def aclose(self) -> None:
+        """Close every shell (the pool removes the container afterwards)."""
+        for shell in self._shells:
+            await shell.close()
+        self._shells.clear()
+        self._shell = None
+
+
+def _tar_of(local: Path, arcname: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.add(str(local), arcname=arcname)
+    return buffer.getvalue()
+
+
+def _extract_to(archive: tarfile.TarFile, local: Path) -> None:
+    """Extract so that the archive's top entry becomes ``local`` itself."""
+    with archive:
+        members = archive.getmembers()
+        if not members:
+            return
+        root = members[0].name.split("/")[0]
+        if members[0].isdir() or len(members) > 1:
+            if local.exists() and not local.is_dir():
+                local.unlink()
+            local.mkdir(parents=True, exist_ok=True)
+        else:
+            local.parent.mkdir(parents=True, exist_ok=True)
+        for member in members:
+            rel = member.name[len(root) :].lstrip("/")
+            if member.isdir() and not rel:
+                continue
+            if not rel:  # the single file itself
+                source = archive.extractfile(member)
+                if source is None:
+                    continue
+                with source, open(local, "wb") as out:
+                    shutil.copyfileobj(source, out)
+                local.chmod(member.mode & 0o777)
+                continue
+            member.name = rel
+            archive.extract(member, local, filter="data")

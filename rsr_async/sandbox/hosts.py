@@ -1,0 +1,84 @@
+"""Docker hosts: one aiodocker client each, with no cap on open streams, and start limits."""
+
+from __future__ import annotations
+
+import time
+
+import aiodocker
+import aiohttp
+import anyio
+
+from ..errors import DockerUnavailableError
+from .container import docker_errors
+
+__all__ = ["DockerHost", "open_client"]
+
+
+def open_client(url: str) -> tuple[aiodocker.Docker, aiohttp.BaseConnector]:
+    """An aiodocker client for ``url`` (``unix:///path`` or ``tcp://host:port``).
+
+    aiodocker's own connector allows 100 connections, and every attached exec stream
+    holds one for its whole life: a 101st shell would hang. Ours has no limit. The
+    caller owns the connector and closes it after the client.
+    """
+    connector: aiohttp.BaseConnector
+    if url.startswith("unix://"):
+        connector = aiohttp.UnixConnector(path=url[len("unix://") :], limit=0)
+        return aiodocker.Docker(url="unix://localhost", connector=connector), connector
+    if url.startswith(("tcp://", "http://", "https://")):
+        connector = aiohttp.TCPConnector(limit=0)
+        return aiodocker.Docker(url=url, connector=connector), connector
+    raise DockerUnavailableError(
+        f"sandbox.docker_urls: {url!r} is not a Docker URL (expected unix:///path or tcp://host:port)"
+    )
+
+
+class DockerHost:
+    """One Docker daemon: its client, its load, and its container-start limiter."""
+
+    def __init__(self, url: str, *, starts_per_s: float, max_concurrent_starts: int) -> None:
+        self.url = url
+        self.docker, self._connector = open_client(url)
+        self.live = 0
+        """Containers of this pool alive (or starting) on this host."""
+        self._interval = 1.0 / starts_per_s
+        self._next_start = 0.0
+        self._starting = anyio.Semaphore(max(1, max_concurrent_starts))
+
+    async def check(self, timeout_s: float) -> None:
+        """Fail fast with DockerUnavailableError when the daemon does not answer."""
+        try:
+            with docker_errors(f"Docker host {self.url}", url=self.url), anyio.fail_after(timeout_s):
+                await self.docker.version()
+        except TimeoutError as exc:  # pragma: no cover - docker_errors maps it
+            raise DockerUnavailableError(f"Docker host {self.url} did not answer") from exc
+        except DockerUnavailableError:
+            raise
+        except Exception as exc:
+            raise DockerUnavailableError(
+                f"Docker host {self.url} is unusable: {exc}; check sandbox.docker_urls"
+            ) from exc
+
+    async def start_slot(self) -> anyio.Semaphore:
+        """Wait for this host's start rate, then return the held concurrency semaphore.
+
+        Starts are spaced ``1/starts_per_s`` apart: the daemon slows for everyone when
+        many containers start at once.
+        """
+        await self._starting.acquire()
+        try:
+            now = time.monotonic()
+            slot = max(now, self._next_start)
+            self._next_start = slot + self._interval
+            if slot > now:
+                await anyio.sleep(slot - now)
+        except BaseException:
+            self._starting.release()
+            raise
+        return self._starting
+
+    async def close(self) -> None:
+        """Close the client and its connector."""
+        with anyio.move_on_after(5, shield=True):
+            await self.docker.close()
+            await self._connector.close()

@@ -1,0 +1,409 @@
+"""Images: the offline base image (debootstrap + import) and task images (cached builds).
+
+No registry is reachable, so nothing is ever pulled. The base image is a Debian root
+filesystem made by ``debootstrap`` and imported; task images build from a task's
+``environment/Dockerfile`` with ``--build-arg BASE_IMAGE=<base>`` and are tagged by a hash
+of the directory's content and the base image's id, so an unchanged task never rebuilds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from pathlib import Path
+
+import aiodocker
+import anyio
+import anyio.abc
+from yarl import URL
+
+from ..config import SandboxConfig
+from ..errors import DockerUnavailableError, ImageBuildError, ImageError
+from ..schema import Task
+from .container import docker_errors
+from .hosts import open_client
+
+__all__ = [
+    "BASE_PACKAGES",
+    "BuildOnce",
+    "bootstrap_base_image",
+    "bootstrap_problem",
+    "build_task_image",
+    "context_digest",
+    "image_id",
+    "task_image_tag",
+]
+
+BASE_PACKAGES = (
+    "bash coreutils procps python3 python3-pytest python3-yaml git make gcc libc6-dev tmux "
+    "curl ca-certificates jq sqlite3 bc gawk file less patch diffutils xz-utils unzip zip"
+).split()
+"""What the task suite needs in every sandbox (the base image has exactly these)."""
+
+_IMAGE_CHANGES = (
+    'CMD ["/bin/bash"]',
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+)
+_DEBOOTSTRAP_TIMEOUT_S = 1800.0
+_LOG_TAIL = 4000
+
+
+def _split_tag(name: str) -> tuple[str, str]:
+    repo, sep, tag = name.rpartition(":")
+    if not sep or "/" in tag:
+        return name, "latest"
+    return repo, tag
+
+
+async def image_id(docker: aiodocker.Docker, name: str, *, timeout_s: float) -> str | None:
+    """The image's id, or None when the host does not have it."""
+    try:
+        with anyio.fail_after(timeout_s):
+            info = await docker.images.inspect(name)
+    except aiodocker.DockerError as exc:
+        if exc.status == 404:
+            return None
+        with docker_errors(f"inspect image {name}"):
+            raise
+    return str(info["Id"])
+
+
+def bootstrap_problem(euid: int, debootstrap: str | None) -> str | None:
+    """Why this process cannot bootstrap the base image, or None when it can."""
+    if euid != 0:
+        return (
+            "bootstrapping the base image needs root (debootstrap creates device files "
+            "and chroots); run `sudo python -m rsr_async images bootstrap`"
+        )
+    if debootstrap is None:
+        return (
+            "debootstrap is not installed; install it with `apt-get install debootstrap` "
+            "(Debian/Ubuntu) or `dnf install debootstrap` (Fedora), then rerun"
+        )
+    return None
+
+
+async def bootstrap_base_image(
+    config: SandboxConfig,
+    *,
+    force: bool = False,
+    tag: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> str:
+    """Make the offline base image on every Docker host that lacks it; return its tag.
+
+    Idempotent: hosts that already have ``tag`` (default ``config.base_image``) are
+    skipped unless ``force``. Runs ``debootstrap --variant=minbase`` with
+    :data:`BASE_PACKAGES` into a temporary directory, streams the root filesystem into
+    ``docker import`` (the images/create API), and removes the directory.
+    """
+    tag = tag or config.base_image
+    say = log or (lambda _line: None)
+    missing: list[str] = []
+    for url in config.docker_urls:
+        docker, connector = open_client(url)
+        try:
+            with docker_errors(f"bootstrap {tag} on {url}", url=url):
+                present = await image_id(docker, tag, timeout_s=config.api_timeout_s)
+        finally:
+            await docker.close()
+            await connector.close()
+        if present is None or force:
+            missing.append(url)
+        else:
+            say(f"{tag} already on {url} ({present[:19]}): skipped")
+    if not missing:
+        return tag
+    problem = bootstrap_problem(os.geteuid(), shutil.which("debootstrap"))
+    if problem:
+        raise ImageError(f"cannot bootstrap base image {tag}: {problem}")
+    workdir = Path(tempfile.mkdtemp(prefix="rsr-bootstrap-", dir="/var/tmp"))
+    root = workdir / "root"
+    try:
+        say(f"debootstrap {config.debian_suite} from {config.debian_mirror} into {root}")
+        await _debootstrap(config, root, say)
+        for url in missing:
+            say(f"importing {root} as {tag} on {url}")
+            await _import_rootfs(url, root, tag, timeout_s=_DEBOOTSTRAP_TIMEOUT_S)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_remove_tree, workdir)
+    return tag
+
+
+async def _debootstrap(config: SandboxConfig, root: Path, say: Callable[[str], None]) -> None:
+    argv = [
+        "debootstrap",
+        "--variant=minbase",
+        "--include=" + ",".join(BASE_PACKAGES),
+        config.debian_suite,
+        str(root),
+        config.debian_mirror,
+    ]
+    lines: list[str] = []
+    try:
+        with anyio.fail_after(_DEBOOTSTRAP_TIMEOUT_S):
+            async with await anyio.open_process(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            ) as process:
+                assert process.stdout is not None
+                async for chunk in process.stdout:
+                    text = chunk.decode("utf-8", errors="replace")
+                    lines.append(text)
+                    for line in text.splitlines():
+                        if line.startswith(("I: Retrieving", "I: Extracting", "I: Installing")):
+                            continue
+                        say(line)
+                code = await process.wait()
+    except TimeoutError as exc:
+        raise ImageBuildError(
+            f"debootstrap did not finish in {_DEBOOTSTRAP_TIMEOUT_S:.0f} s", log="".join(lines)
+        ) from exc
+    if code != 0:
+        log = "".join(lines)
+        raise ImageBuildError(
+            f"debootstrap failed (exit {code}); is {config.debian_mirror} reachable? "
+            f"last output:\n{log[-_LOG_TAIL:]}",
+            log=log,
+        )
+
+
+async def _import_rootfs(url: str, root: Path, tag: str, *, timeout_s: float) -> None:
+    repo, version = _split_tag(tag)
+    query = [("fromSrc", "-"), ("repo", repo), ("tag", version)]
+    query += [("changes", change) for change in _IMAGE_CHANGES]
+    path = URL("images/create").with_query(query)
+    docker, connector = open_client(url)
+    try:
+        async with await anyio.open_process(
+            ["tar", "--numeric-owner", "-C", str(root), "-c", "."],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        ) as tar:
+            assert tar.stdout is not None
+            source = tar.stdout
+
+            async def chunks() -> AsyncIterator[bytes]:
+                async for chunk in source:
+                    yield chunk
+
+            with docker_errors(f"import {tag} on {url}", url=url), anyio.fail_after(timeout_s):
+                async with docker._query(
+                    path,
+                    "POST",
+                    data=chunks(),
+                    headers={"Content-Type": "application/x-tar"},
+                    timeout=None,
+                ) as response:
+                    body = (await response.read()).decode("utf-8", errors="replace")
+            code = await tar.wait()
+        if code != 0 or '"error"' in body:
+            raise ImageBuildError(f"docker import of {tag} on {url} failed: {body[-_LOG_TAIL:]}", log=body)
+    finally:
+        await docker.close()
+        await connector.close()
+
+
+def _remove_tree(path: Path) -> None:
+    # debootstrap mounts proc/sys inside the target; a failed run can leave them mounted,
+    # and removing through a mount would reach the host's files.
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        mounts = []
+    for line in reversed(mounts):
+        point = line.split()[1] if len(line.split()) > 1 else ""
+        if point.startswith(str(path) + "/"):
+            subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- task images
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._")
+    return slug[:80] or "task"
+
+
+def context_digest(directory: Path, *, base_id: str) -> str:
+    """Hash of a build context (paths, modes, link targets, contents) and the base image id."""
+    digest = hashlib.sha256(f"base={base_id}\n".encode())
+    for path in sorted(directory.rglob("*"), key=lambda p: p.relative_to(directory).as_posix()):
+        rel = path.relative_to(directory).as_posix()
+        info = path.lstat()
+        digest.update(f"{rel}\0{stat.S_IMODE(info.st_mode) & 0o111:o}\0".encode())
+        if stat.S_ISLNK(info.st_mode):
+            digest.update(b"L" + os.readlink(path).encode())
+        elif stat.S_ISREG(info.st_mode):
+            digest.update(b"F")
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+        elif stat.S_ISDIR(info.st_mode):
+            digest.update(b"D")
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def task_image_tag(task_name: str, digest: str) -> str:
+    """``rsr-task-<task>:<first 20 hex digits of the content hash>``."""
+    return f"rsr-task-{_slug(task_name)}:{digest[:20]}"
+
+
+def _context_tar(directory: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for path in sorted(directory.iterdir()):
+            archive.add(str(path), arcname=path.name)
+    return buffer.getvalue()
+
+
+async def build_task_image(
+    docker: aiodocker.Docker,
+    task: Task,
+    *,
+    base_image: str,
+    url: str,
+    api_timeout_s: float,
+    log_dir: Path | None = None,
+) -> str:
+    """Build ``task``'s image on this host unless its content-hash tag exists; return the tag."""
+    env_dir = Path(task.environment_dir) if task.environment_dir else None
+    if env_dir is None or not env_dir.is_dir():
+        raise _not_retryable(
+            ImageError(
+                f"task {task.name!r}: no environment directory"
+                + (f" at {env_dir}" if env_dir else "")
+                + " and no docker_image: add environment/Dockerfile or set docker_image"
+            )
+        )
+    dockerfile = env_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        raise _not_retryable(
+            ImageError(
+                f"task {task.name!r}: {dockerfile} is missing; a task environment needs a "
+                "Dockerfile (`ARG BASE_IMAGE` then `FROM ${BASE_IMAGE}`)"
+            )
+        )
+    with docker_errors(f"task {task.name!r}: base image", url=url):
+        base_id = await image_id(docker, base_image, timeout_s=api_timeout_s)
+    if base_id is None:
+        raise ImageError(
+            f"task {task.name!r}: base image {base_image} is missing on {url}; "
+            "run `python -m rsr_async images bootstrap`"
+        )
+    digest = await anyio.to_thread.run_sync(lambda: context_digest(env_dir, base_id=base_id))
+    tag = task_image_tag(task.name, digest)
+    with docker_errors(f"task {task.name!r}: image", url=url):
+        if await image_id(docker, tag, timeout_s=api_timeout_s) is not None:
+            return tag
+    context = await anyio.to_thread.run_sync(_context_tar, env_dir)
+    lines: list[str] = []
+    try:
+        with anyio.fail_after(task.build_timeout_s):
+            build = docker.images.build(
+                fileobj=io.BytesIO(context),
+                encoding="identity",
+                tag=tag,
+                buildargs={"BASE_IMAGE": base_image},
+                rm=True,
+                forcerm=True,
+                labels={"rsr_async.task": task.name, "rsr_async.content": digest},
+                stream=True,
+            )
+            async with aclosing(build) as items:  # type: ignore[type-var]
+                async for item in items:
+                    text = item.get("stream") or item.get("status") or ""
+                    if text:
+                        lines.append(str(text))
+    except TimeoutError as exc:
+        log = "".join(lines)
+        await _save_log(log_dir, tag, log)
+        raise ImageBuildError(
+            f"task {task.name!r}: image build timed out after {task.build_timeout_s:.0f} s "
+            f"(build_timeout_sec); last output:\n{log[-_LOG_TAIL:]}",
+            log=log,
+        ) from exc
+    except aiodocker.DockerError as exc:
+        if exc.status == 900:
+            raise DockerUnavailableError(
+                f"task {task.name!r}: Docker daemon unreachable at {url} during build"
+            ) from exc
+        lines.append(f"ERROR: {exc.message}\n")
+        log = "".join(lines)
+        await _save_log(log_dir, tag, log)
+        hint = ""
+        if "BASE_IMAGE" not in dockerfile.read_text(errors="replace"):
+            hint = " (no registry here: the Dockerfile should start `ARG BASE_IMAGE` / `FROM ${BASE_IMAGE}`)"
+        raise ImageBuildError(
+            f"task {task.name!r}: image build failed: {exc.message}{hint}; "
+            f"last output:\n{log[-_LOG_TAIL:]}",
+            log=log,
+        ) from exc
+    await _save_log(log_dir, tag, "".join(lines))
+    return tag
+
+
+def _not_retryable(error: ImageError) -> ImageError:
+    error.retryable = False  # a missing file stays missing on the next attempt
+    return error
+
+
+async def _save_log(log_dir: Path | None, tag: str, log: str) -> None:
+    if log_dir is None:
+        return
+
+    def write() -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / (tag.replace(":", "-").replace("/", "-") + ".log")).write_text(log)
+
+    await anyio.to_thread.run_sync(write)
+
+
+class BuildOnce:
+    """Single flight: concurrent requests for one key run one build, others wait for it.
+
+    If the builder is cancelled or fails, waiters do not hang: each retries (a failure
+    is raised to every waiter of that attempt).
+    """
+
+    def __init__(self) -> None:
+        self._done: dict[str, str] = {}
+        self._running: dict[str, anyio.Event] = {}
+        self._failed: dict[str, BaseException] = {}
+
+    async def get(self, key: str, build: Callable[[], Awaitable[str]]) -> str:
+        while True:
+            if key in self._done:
+                return self._done[key]
+            event = self._running.get(key)
+            if event is None:
+                break
+            await event.wait()
+            error = self._failed.get(key)
+            if error is not None and key not in self._running:
+                raise error
+        event = anyio.Event()
+        self._running[key] = event
+        self._failed.pop(key, None)
+        try:
+            result = await build()
+        except Exception as exc:
+            self._failed[key] = exc
+            raise
+        else:
+            self._done[key] = result
+            return result
+        finally:
+            del self._running[key]
+            event.set()

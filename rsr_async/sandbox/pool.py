@@ -1,0 +1,543 @@
+"""The sandbox pool: every container of one engine run, over all configured Docker hosts.
+
+Containers carry labels saying whose they are (run id, episode key, owner process and
+host, run directory), so a start-up sweep or ``sandbox gc`` can remove leftovers whose
+owner is provably gone and never touch another live run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiodocker
+import anyio
+import msgspec
+
+from ..config import SandboxConfig
+from ..errors import ContainerError, DockerUnavailableError, ImageError, SandboxError
+from ..schema import Task
+from .container import DockerSandbox, docker_errors
+from .hosts import DockerHost, open_client
+from .images import BuildOnce, build_task_image, image_id
+
+__all__ = [
+    "LABEL_EPISODE",
+    "LABEL_RUN",
+    "LeftoverContainer",
+    "SandboxPool",
+    "SandboxStats",
+    "owner_gone",
+    "sweep",
+]
+
+LABEL_RUN = "rsr_async.run"
+LABEL_EPISODE = "rsr_async.episode"
+LABEL_TASK = "rsr_async.task"
+LABEL_OWNER = "rsr_async.owner"
+"""``<host id>:<pid>:<process start ticks>`` of the process that started the container."""
+LABEL_RUN_DIR = "rsr_async.run_dir"
+LOCK_NAME = "sandbox.lock"
+"""Held (flock) by a live pool in its run directory: a free lock proves the owner gone."""
+
+_CAPABILITIES = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "NET_BIND_SERVICE",
+]
+"""All a root sandbox needs to install packages and run tests; the rest are dropped."""
+
+
+def _host_id() -> str:
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "noboot"
+    return f"{socket.gethostname()}/{boot[:8]}"
+
+
+def _start_ticks(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def owner_label() -> str:
+    """This process, as recorded on its containers."""
+    return f"{_host_id()}:{os.getpid()}:{_start_ticks(os.getpid()) or '0'}"
+
+
+def _lock_free(run_dir: str) -> bool | None:
+    """True when nobody holds the run directory's lock; None when it cannot be told."""
+    path = Path(run_dir) / LOCK_NAME
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return True
+    except OSError:
+        return None
+
+
+def owner_gone(labels: dict[str, str]) -> bool:
+    """Whether the process that started a container is provably gone.
+
+    Proof is one of: the owner ran on this host and its pid is dead (or reused by a
+    process that started later), or its run directory's lock file exists here and no
+    one holds it. Anything else (another host, no labels) is not proof.
+    """
+    owner = labels.get(LABEL_OWNER, "")
+    host, _, rest = owner.rpartition(":")
+    host, _, pid_text = host.rpartition(":")
+    ticks = rest
+    if host == _host_id() and pid_text.isdigit():
+        pid = int(pid_text)
+        current = _start_ticks(pid)
+        if current is None or current != ticks:
+            return True
+        if pid == os.getpid():
+            return False
+    run_dir = labels.get(LABEL_RUN_DIR, "")
+    if run_dir and _lock_free(run_dir):
+        return True
+    return False
+
+
+class LeftoverContainer(msgspec.Struct, frozen=True, kw_only=True):
+    """A labelled container found by :func:`sweep`."""
+
+    url: str
+    id: str
+    run: str
+    episode: str
+    state: str
+    removed: bool
+
+
+async def sweep(
+    urls: Iterable[str],
+    *,
+    run_id: str | None = None,
+    everything_of_run: bool = False,
+    dry_run: bool = False,
+    timeout_s: float = 60.0,
+) -> list[LeftoverContainer]:
+    """Find labelled containers and remove those that are safe to remove.
+
+    Removed: containers whose owner is provably gone (:func:`owner_gone`), and those of
+    ``run_id`` started by another process (a resumed run's leftovers) or, with
+    ``everything_of_run``, all of ``run_id``'s. Never another live run's.
+    """
+    found: list[LeftoverContainer] = []
+    me = owner_label()
+    for url in urls:
+        docker, connector = open_client(url)
+        try:
+            with docker_errors(f"sweep {url}", url=url), anyio.fail_after(timeout_s):
+                containers = await docker.containers.list(
+                    all=True, filters={"label": [LABEL_RUN]}
+                )
+            for item in containers:
+                labels: dict[str, str] = item._container.get("Labels") or {}
+                run = labels.get(LABEL_RUN, "")
+                same_run = run_id is not None and run == run_id
+                remove = owner_gone(labels) or (
+                    same_run and (everything_of_run or labels.get(LABEL_OWNER) != me)
+                )
+                if remove and not dry_run:
+                    await _remove(docker, item.id, timeout_s=timeout_s)
+                found.append(
+                    LeftoverContainer(
+                        url=url,
+                        id=item.id,
+                        run=run,
+                        episode=labels.get(LABEL_EPISODE, ""),
+                        state=str(item._container.get("State", "")),
+                        removed=remove and not dry_run,
+                    )
+                )
+        finally:
+            await docker.close()
+            await connector.close()
+    return found
+
+
+async def _remove(docker: aiodocker.Docker, container_id: str, *, timeout_s: float) -> bool:
+    """Force-remove a container; True when it is gone (or was already)."""
+    with anyio.move_on_after(timeout_s, shield=True):
+        try:
+            await docker.containers.container(container_id).delete(force=True, v=True)
+            return True
+        except aiodocker.DockerError as exc:
+            if exc.status == 404:
+                return True
+            if exc.status == 409 and "already in progress" in exc.message:
+                return True
+            return False
+    return False
+
+
+class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the pool's counters."""
+
+    live: int
+    peak_live: int
+    started: int
+    removed: int
+    start_failures: int
+    remove_failures: int
+    images_built: int
+    warm: int
+    per_host: dict[str, int]
+
+
+class SandboxPool:
+    """All sandboxes of one engine run, spread over the configured Docker hosts by load.
+
+    ``async with SandboxPool(config, run_id=...) as pool:`` opens one client per host,
+    sweeps leftovers, and on exit removes every container it started. Episodes take a
+    fresh container with ``async with pool.sandbox(task, key=...) as sandbox``.
+    """
+
+    def __init__(self, config: SandboxConfig, *, run_id: str, run_dir: Path | None = None) -> None:
+        if not run_id:
+            raise SandboxError("SandboxPool: run_id must not be empty (it labels every container)")
+        self.config = config
+        self.run_id = run_id
+        self.run_dir = Path(run_dir) if run_dir else None
+        self._hosts: list[DockerHost] = []
+        self._owner = owner_label()
+        self._containers: dict[str, tuple[DockerHost, str]] = {}
+        self._builds = BuildOnce()
+        self._warm: dict[tuple[str, str], deque[aiodocker.docker.DockerContainer]] = {}
+        self._lock_file: Any = None
+        self._build_limiter = anyio.Semaphore(max(1, config.build_concurrency))
+        self._started = 0
+        self._removed = 0
+        self._start_failures = 0
+        self._remove_failures = 0
+        self._images_built = 0
+        self._peak = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> SandboxPool:
+        try:
+            for url in self.config.docker_urls:
+                self._hosts.append(
+                    DockerHost(
+                        url,
+                        starts_per_s=self.config.starts_per_s,
+                        max_concurrent_starts=self.config.max_concurrent_starts,
+                    )
+                )
+            for host in self._hosts:
+                await host.check(min(self.config.api_timeout_s, 15.0))
+            if self.run_dir is not None:
+                await anyio.to_thread.run_sync(self._take_lock)
+            await sweep(
+                self.config.docker_urls,
+                run_id=self.run_id,
+                timeout_s=self.config.api_timeout_s,
+            )
+        except BaseException:
+            await self._close_hosts()
+            self._release_lock()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                for key, queue in self._warm.items():
+                    host = next(h for h in self._hosts if h.url == key[0])
+                    while queue:
+                        await self._discard(host, queue.popleft().id)
+                async with anyio.create_task_group() as tg:
+                    for container_id, (host, _) in list(self._containers.items()):
+                        tg.start_soon(self._discard, host, container_id)
+            finally:
+                await self._close_hosts()
+                self._release_lock()
+
+    async def _close_hosts(self) -> None:
+        for host in self._hosts:
+            await host.close()
+        self._hosts = []
+
+    def _take_lock(self) -> None:
+        assert self.run_dir is not None
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(self.run_dir / LOCK_NAME, "a+")  # noqa: SIM115 - held for the pool's life
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            raise SandboxError(
+                f"run directory {self.run_dir} is in use by another live process "
+                f"({LOCK_NAME} is locked); one run directory serves one engine at a time"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(self._owner + "\n")
+        fh.flush()
+        self._lock_file = fh
+
+    def _release_lock(self) -> None:
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+    # ------------------------------------------------------------------ images
+
+    def _host_for(self) -> DockerHost:
+        if not self._hosts:
+            raise SandboxError("SandboxPool used outside `async with`")
+        return min(self._hosts, key=lambda h: h.live)
+
+    async def ensure_image(self, task: Task) -> str:
+        """The task's image tag, present on every host (built once, cached by content hash)."""
+        if not self._hosts:
+            raise SandboxError("SandboxPool used outside `async with`")
+        tags: list[str] = []
+        async with anyio.create_task_group() as tg:
+
+            async def one(host: DockerHost) -> None:
+                tags.append(await self._ensure_on(host, task))
+
+            for host in self._hosts:
+                tg.start_soon(one, host)
+        return tags[0]
+
+    async def _ensure_on(self, host: DockerHost, task: Task) -> str:
+        timeout = self.config.api_timeout_s
+        if task.docker_image and not task.environment_dir:
+            with docker_errors(f"task {task.name!r}: image", url=host.url):
+                present = await image_id(host.docker, task.docker_image, timeout_s=timeout)
+            if present is None:
+                raise ImageError(
+                    f"task {task.name!r}: image {task.docker_image} is not on {host.url} and "
+                    "no registry is reachable; build or load it, or give the task an environment/"
+                )
+            return task.docker_image
+        if task.docker_image:
+            with docker_errors(f"task {task.name!r}: image", url=host.url):
+                if await image_id(host.docker, task.docker_image, timeout_s=timeout):
+                    return task.docker_image
+        key = f"{host.url}\0{task.name}\0{task.environment_dir}"
+
+        async def build() -> str:
+            async with self._build_limiter:
+                tag = await build_task_image(
+                    host.docker,
+                    task,
+                    base_image=self.config.base_image,
+                    url=host.url,
+                    api_timeout_s=timeout,
+                    log_dir=self.run_dir / "builds" if self.run_dir else None,
+                )
+            self._images_built += 1
+            return tag
+
+        return await self._builds.get(key, build)
+
+    # ------------------------------------------------------------------ containers
+
+    def _container_config(self, task: Task, image: str, key: str) -> dict[str, Any]:
+        cpus = task.cpus or self.config.default_cpus
+        memory = (task.memory_mb or self.config.default_memory_mb) * 1024 * 1024
+        network = task.allow_internet and self.config.allow_network
+        labels = {
+            LABEL_RUN: self.run_id,
+            LABEL_EPISODE: key,
+            LABEL_TASK: task.name,
+            LABEL_OWNER: self._owner,
+        }
+        if self.run_dir is not None:
+            labels[LABEL_RUN_DIR] = str(self.run_dir.resolve())
+        config: dict[str, Any] = {
+            "Image": image,
+            "Entrypoint": ["sleep"],
+            "Cmd": ["infinity"],
+            "Hostname": "sandbox",
+            "Labels": labels,
+            "Env": [f"{k}={v}" for k, v in task.env.items()],
+            "AttachStdin": False,
+            "AttachStdout": False,
+            "AttachStderr": False,
+            "Tty": False,
+            "NetworkDisabled": not network,
+            "HostConfig": {
+                "Init": True,
+                "NanoCpus": int(cpus * 1e9),
+                "Memory": memory,
+                "MemorySwap": memory,
+                "PidsLimit": self.config.pids_limit,
+                "NetworkMode": "bridge" if network else "none",
+                "Privileged": False,
+                "CapDrop": ["ALL"],
+                "CapAdd": _CAPABILITIES,
+                "SecurityOpt": ["no-new-privileges"],
+                "Binds": [],
+                "AutoRemove": False,
+            },
+        }
+        if task.workdir:
+            config["WorkingDir"] = task.workdir
+        return config
+
+    async def _start(self, host: DockerHost, task: Task, image: str, key: str) -> Any:
+        config = self._container_config(task, image, key)
+        where = f"task {task.name!r} (episode {key})"
+        slot = await host.start_slot()
+        container_id: str | None = None
+        host.live += 1
+        try:
+            with anyio.fail_after(self.config.api_timeout_s):
+                created = await host.docker.containers.create(config)
+                container_id = str(created.id)
+                self._containers[container_id] = (host, key)
+                await created.start()
+        except BaseException as exc:
+            self._start_failures += 1
+            if container_id is None:
+                host.live -= 1
+            else:
+                await self._discard(host, container_id)
+            if isinstance(exc, aiodocker.DockerError):
+                if exc.status == 900:
+                    raise DockerUnavailableError(
+                        f"{where}: Docker daemon unreachable at {host.url}"
+                    ) from exc
+                if exc.status == 404:
+                    raise ImageError(f"{where}: image {image} not found on {host.url}") from exc
+                raise ContainerError(f"{where}: container start failed: {exc.message}") from exc
+            if isinstance(exc, TimeoutError):
+                raise ContainerError(
+                    f"{where}: container start took over {self.config.api_timeout_s:.0f} s"
+                ) from exc
+            raise
+        finally:
+            slot.release()
+        self._started += 1
+        self._peak = max(self._peak, sum(h.live for h in self._hosts))
+        return created
+
+    async def _discard(self, host: DockerHost, container_id: str) -> None:
+        """Remove one container we started (shielded: it must go even on cancellation)."""
+        with anyio.CancelScope(shield=True):
+            ok = await _remove(host.docker, container_id, timeout_s=self.config.api_timeout_s)
+        if self._containers.pop(container_id, None) is not None:
+            host.live -= 1
+        if ok:
+            self._removed += 1
+        else:
+            self._remove_failures += 1
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, task: Task, *, key: str) -> AsyncIterator[DockerSandbox]:
+        """A fresh container for one episode, removed on exit whatever happens."""
+        host = self._host_for()
+        image = await self._ensure_on(host, task)
+        queue = self._warm.get((host.url, image))
+        container: Any = None
+        if queue and not task.env and not task.workdir:
+            container = queue.popleft()
+            host.live += 1
+            self._containers[container.id] = (host, key)
+        if container is None:
+            container = await self._start(host, task, image, key)
+        error: BaseException | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                sandbox = DockerSandbox(
+                    container,
+                    task_name=task.name,
+                    key=key,
+                    url=host.url,
+                    task_group=tg,
+                    api_timeout_s=self.config.api_timeout_s,
+                    env=dict(task.env),
+                    workdir=task.workdir,
+                )
+                try:
+                    yield sandbox
+                except BaseException as exc:
+                    # Raised after the task group closes, so callers see it unwrapped.
+                    error = exc
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await sandbox.aclose()
+                    tg.cancel_scope.cancel()
+        finally:
+            await self._discard(host, container.id)
+        if error is not None:
+            raise error
+
+    async def prewarm(self, task: Task, count: int | None = None) -> int:
+        """Start ``count`` (default ``sandbox.warm_pool``) containers of ``task``'s image ahead
+        of demand; :meth:`sandbox` takes them first. Call it from the engine's task group."""
+        count = self.config.warm_pool if count is None else count
+        started = 0
+        for _ in range(count):
+            host = self._host_for()
+            image = await self._ensure_on(host, task)
+            container = await self._start(host, task, image, "warm")
+            self._containers.pop(container.id, None)
+            host.live -= 1
+            self._warm.setdefault((host.url, image), deque()).append(container)
+            started += 1
+        return started
+
+    def statistics(self) -> SandboxStats:
+        """Counters now: live containers, peak, starts, removals, failures."""
+        return SandboxStats(
+            live=len(self._containers),
+            peak_live=self._peak,
+            started=self._started,
+            removed=self._removed,
+            start_failures=self._start_failures,
+            remove_failures=self._remove_failures,
+            images_built=self._images_built,
+            warm=sum(len(q) for q in self._warm.values()),
+            per_host={h.url: h.live for h in self._hosts},
+        )
+
+    async def containers(self) -> list[str]:
+        """Ids of this run's containers that Docker knows about (for checks and tests)."""
+        ids: list[str] = []
+        for host in self._hosts:
+            with docker_errors(f"list containers on {host.url}", url=host.url), anyio.fail_after(
+                self.config.api_timeout_s
+            ):
+                found = await host.docker.containers.list(
+                    all=True, filters={"label": [f"{LABEL_RUN}={self.run_id}"]}
+                )
+            ids.extend(c.id for c in found)
+        return ids
+

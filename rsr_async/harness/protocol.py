@@ -1,0 +1,335 @@
+"""The Terminus protocol pieces every harness shares (Terminus 2, and later StateM, RSRT).
+
+- :func:`parse_reply` reads a model reply in Terminus 2's JSON schema, with Terminus's
+  warnings (extra text, field order, unknown fields, missing duration) and its two
+  auto-corrections (missing closing braces; JSON inside mixed text).
+- :func:`render` fills a protocol text from ``templates/``; the wording follows
+  Terminus 2's own prompts so trajectories stay in distribution.
+- :func:`truncate_output` and :func:`observe` build observations the way Terminus 2
+  does: ``New Terminal Output:`` or ``Current Terminal Screen:``, cut to 10,000 bytes
+  keeping the head and the tail.
+
+Template files end with a newline that is not part of the text (so ``cat`` shows
+them cleanly); fields are ``str.format`` fields and literal braces are doubled, as in
+Terminus's own template.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import msgspec
+
+from ..errors import HarnessError
+from ..sandbox.base import ShellSession
+from ..schema import Command
+
+__all__ = [
+    "Reply",
+    "confirm_message",
+    "observe",
+    "output_limit_message",
+    "parse_error_message",
+    "parse_reply",
+    "render",
+    "truncate_output",
+    "with_warnings",
+]
+
+REQUIRED_FIELDS = ("analysis", "plan", "commands")
+KNOWN_FIELDS = frozenset((*REQUIRED_FIELDS, "task_complete"))
+KNOWN_COMMAND_FIELDS = frozenset(("keystrokes", "duration"))
+NEW_OUTPUT_HEADER = "New Terminal Output:"
+SCREEN_HEADER = "Current Terminal Screen:"
+
+
+class Reply(msgspec.Struct, frozen=True, kw_only=True):
+    """A parsed model reply. ``error`` non-empty means nothing may run."""
+
+    analysis: str = ""
+    plan: str = ""
+    commands: tuple[Command, ...] = ()
+    task_complete: bool = False
+    error: str = ""
+    """Why the reply could not be used; the model is asked for a proper reply."""
+    warnings: tuple[str, ...] = ()
+    """Problems tolerated (and auto-corrections made); shown to the model next turn."""
+
+    @property
+    def warning_text(self) -> str:
+        """Warnings as Terminus lists them: ``- first\\n- second`` (empty when none)."""
+        return "- " + "\n- ".join(self.warnings) if self.warnings else ""
+
+
+# ---------------------------------------------------------------- templates
+
+
+@cache
+def _template(name: str) -> str:
+    try:
+        text = resources.files(__package__).joinpath("templates", f"{name}.txt").read_text("utf-8")
+    except FileNotFoundError as exc:
+        raise HarnessError(
+            f"protocol template {name!r} is missing: expected rsr_async/harness/templates/{name}.txt"
+        ) from exc
+    return text.removesuffix("\n")
+
+
+def render(name: str, **fields: object) -> str:
+    """Fill the protocol text ``templates/<name>.txt`` with ``fields``."""
+    try:
+        return _template(name).format(**fields)
+    except (KeyError, IndexError) as exc:
+        raise HarnessError(f"protocol template {name!r} needs field {exc}") from exc
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def parse_reply(text: str, *, default_duration: float = 1.0) -> Reply:
+    """Parse a Terminus 2 JSON reply, auto-correcting near-JSON with a warning.
+
+    The first balanced ``{...}`` object is the reply. When it cannot be used, two fixes
+    are tried in Terminus's order: append missing closing braces, then take the first
+    valid JSON object out of mixed text. A fix that yields a usable reply adds an
+    ``AUTO-CORRECTED`` warning in front of the others.
+    """
+    result = _try_parse(text, default_duration)
+    if not result.error:
+        return result
+    fixes: tuple[tuple[str, Callable[[str], str | None]], ...] = (
+        ("Fixed incomplete JSON by adding missing closing brace", _close_braces),
+        ("Extracted JSON from mixed content", _first_json_object),
+    )
+    for fix_name, fix in fixes:
+        fixed = fix(text)
+        if fixed is None:
+            continue
+        corrected = _try_parse(fixed, default_duration)
+        if not corrected.error:
+            note = f"AUTO-CORRECTED: {fix_name} - please fix this in future responses"
+            return msgspec.structs.replace(corrected, warnings=(note, *corrected.warnings))
+    return result
+
+
+def _try_parse(text: str, default_duration: float) -> Reply:
+    warnings: list[str] = []
+    content = _extract_object(text, warnings)
+    if not content:
+        return Reply(error="No valid JSON found in response", warnings=tuple(warnings))
+    try:
+        data: Any = json.loads(content)
+    except json.JSONDecodeError as exc:
+        # The model needs to see what we read to fix its escaping.
+        preview = repr(content) if len(content) < 200 else f"{content[:100]!r}..."
+        label = "Content" if len(content) < 200 else "Content preview"
+        error = f"Invalid JSON: {exc} | {label}: {preview}"
+        return Reply(error=error, warnings=tuple(warnings))
+    if not isinstance(data, dict):
+        return Reply(error="Response must be a JSON object", warnings=tuple(warnings))
+    missing = [field for field in REQUIRED_FIELDS if field not in data]
+    if missing:
+        error = f"Missing required fields: {', '.join(missing)}"
+        return Reply(error=error, warnings=tuple(warnings))
+    warnings.extend(
+        f"Field '{field}' should be a string"
+        for field in ("analysis", "plan")
+        if not isinstance(data[field], str)
+    )
+    if not isinstance(data["commands"], list):
+        return Reply(error="Field 'commands' must be an array", warnings=tuple(warnings))
+    _check_field_order(content, warnings)
+    unknown = sorted(set(data) - KNOWN_FIELDS)
+    if unknown:
+        warnings.append(f"Unknown fields: {', '.join(unknown)}")
+    task_complete = data.get("task_complete", False)
+    if task_complete is not None and not isinstance(task_complete, bool | str):
+        warnings.append("Field 'task_complete' should be a boolean or string")
+    complete = task_complete is True or (
+        isinstance(task_complete, str) and task_complete.lower() in ("true", "1", "yes")
+    )
+    commands, error = _parse_commands(data["commands"], warnings, default_duration)
+    if error:
+        if not complete:
+            return Reply(error=error, warnings=tuple(warnings))
+        # Terminus lets a finished model through with a broken command list.
+        warnings.append(error)
+        commands = []
+    return Reply(
+        analysis=str(data["analysis"]),
+        plan=str(data["plan"]),
+        commands=tuple(commands),
+        task_complete=complete,
+        warnings=tuple(warnings),
+    )
+
+
+def _extract_object(text: str, warnings: list[str]) -> str:
+    """The first balanced top-level ``{...}``, string-aware; warns about text around it."""
+    start = -1
+    depth = 0
+    in_string = False
+    escaped = False
+    for i, char in enumerate(text):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif char == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif char == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                if text[:start].strip():
+                    warnings.append("Extra text detected before JSON object")
+                if text[i + 1 :].strip():
+                    warnings.append("Extra text detected after JSON object")
+                return text[start : i + 1]
+    warnings.append("No valid JSON object found")
+    return ""
+
+
+def _check_field_order(content: str, warnings: list[str]) -> None:
+    positions: dict[str, int] = {}
+    for field in REQUIRED_FIELDS:
+        match = re.search(rf'"{field}"\s*:', content)
+        if match:
+            positions[field] = match.start()
+    if len(positions) < 2:
+        return
+    expected = [field for field in REQUIRED_FIELDS if field in positions]
+    actual = sorted(positions, key=positions.__getitem__)
+    if actual != expected:
+        warnings.append(
+            f"Fields appear in wrong order. Found: {' → '.join(actual)}, "
+            f"expected: {' → '.join(expected)}"
+        )
+
+
+def _parse_commands(
+    items: list[Any], warnings: list[str], default_duration: float
+) -> tuple[list[Command], str]:
+    commands: list[Command] = []
+    for i, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            return [], f"Command {i} must be an object"
+        if "keystrokes" not in item:
+            return [], f"Command {i} missing required 'keystrokes' field"
+        keystrokes = item["keystrokes"]
+        if not isinstance(keystrokes, str):
+            return [], f"Command {i} 'keystrokes' must be a string"
+        duration = item.get("duration")
+        if "duration" not in item:
+            warnings.append(f"Command {i}: Missing duration field, using default {default_duration}")
+            duration = default_duration
+        elif isinstance(duration, bool) or not isinstance(duration, int | float):
+            warnings.append(f"Command {i}: Invalid duration value, using default {default_duration}")
+            duration = default_duration
+        unknown = sorted(set(item) - KNOWN_COMMAND_FIELDS)
+        if unknown:
+            warnings.append(f"Command {i}: Unknown fields: {', '.join(unknown)}")
+        if i < len(items) and not keystrokes.endswith("\n"):
+            warnings.append(
+                f"Command {i} should end with newline when followed by another command. "
+                "Otherwise the two commands will be concatenated together on the same line."
+            )
+        commands.append(Command(keystrokes=keystrokes, duration=float(duration)))
+    return commands, ""
+
+
+def _close_braces(text: str) -> str | None:
+    missing = text.count("{") - text.count("}")
+    return text + "}" * missing if missing > 0 else None
+
+
+_OBJECT = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}", re.DOTALL)
+
+
+def _first_json_object(text: str) -> str | None:
+    for match in _OBJECT.findall(text):
+        try:
+            json.loads(match)
+        except json.JSONDecodeError:
+            continue
+        return str(match)
+    return None
+
+
+# ---------------------------------------------------------------- observations
+
+
+def truncate_output(text: str, max_bytes: int = 10000) -> str:
+    """Keep the first and last ``max_bytes // 2`` bytes, with a marker counting the rest."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    half = max_bytes // 2
+    head = data[:half].decode("utf-8", errors="ignore")
+    tail = data[-half:].decode("utf-8", errors="ignore")
+    omitted = len(data) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    return head + render("truncation_marker", max_bytes=max_bytes, omitted=omitted) + tail
+
+
+def screen_text(shell: ShellSession, max_bytes: int = 10000) -> str:
+    """``Current Terminal Screen:`` and the screen, truncated."""
+    return render("observation_screen", screen=truncate_output(shell.screen(), max_bytes))
+
+
+def observe(shell: ShellSession, max_bytes: int = 10000) -> str:
+    """What the model sees after its commands ran: new output, or the screen if none.
+
+    ``ShellSession.observe`` returns the new output or, when nothing is new, the screen;
+    this adds Terminus's header. A shell that already adds the header is passed through.
+    """
+    text = shell.observe(max_bytes)
+    if text.startswith((NEW_OUTPUT_HEADER, SCREEN_HEADER)):
+        return text
+    if not text.strip() or text == truncate_output(shell.screen(), max_bytes):
+        return screen_text(shell, max_bytes)
+    return render("observation_new", output=text)
+
+
+# ---------------------------------------------------------------- feedback messages
+
+
+def with_warnings(observation: str, reply: Reply) -> str:
+    """The next prompt: the observation, with the reply's warnings in front if any."""
+    if not reply.warnings:
+        return observation
+    return render("warnings", warnings=reply.warning_text, observation=observation)
+
+
+def confirm_message(observation: str, reply: Reply) -> str:
+    """Ask the model to confirm ``task_complete`` (warnings in front if any)."""
+    message = render("confirm", terminal_state=observation)
+    if not reply.warnings:
+        return message
+    return render("warnings", warnings=reply.warning_text, observation=message)
+
+
+def parse_error_message(reply: Reply) -> str:
+    """The next prompt after an unusable reply: the error, the warnings, a request."""
+    feedback = f"ERROR: {reply.error}"
+    if reply.warnings:
+        feedback += f"\nWARNINGS: {reply.warning_text}"
+    return render("parse_error", feedback=feedback)
+
+
+def output_limit_message(max_tokens: int, truncated: str, *, default_duration: float) -> str:
+    """The next prompt after a reply cut by the output-token limit (nothing was run)."""
+    message = render("output_limit", max_tokens=max_tokens)
+    warnings = parse_reply(truncated, default_duration=default_duration).warning_text
+    if warnings:
+        message += render("output_limit_warnings", warnings=warnings)
+    return message

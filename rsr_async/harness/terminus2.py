@@ -1,0 +1,305 @@
+"""Terminus 2: the plain harness, and the executor of the rewrite pipeline.
+
+The loop (:meth:`Terminus2._loop`) is the whole protocol on one screen; :class:`_Episode`
+holds the state it needs (the chat context, the trajectory, the shell) and the three
+things that take more than a line: asking the model, running commands, handing off the
+context. Protocol text lives in ``templates/``, parsing in :mod:`.protocol`.
+
+Chat history is append-only, so the model server's prefix cache hits every turn; the
+one exception is a context handoff, which starts a new context.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from ..config import HarnessConfig
+from ..errors import ContextLengthError, LLMServerError, ShellClosedError
+from ..llm.base import ChatMessage, ChatModel, Completion
+from ..sandbox.base import Sandbox, ShellSession
+from ..schema import Command, EndReason, EpisodeSpec, Message, Origin, Role, Trajectory
+from . import protocol
+from .base import Checkpoint, EpisodeOutcome
+from .protocol import Reply, render
+
+__all__ = ["Terminus2"]
+
+SHELL_CLOSE_TIMEOUT_S = 10.0
+
+
+class _EpisodeEnd(Exception):
+    """Control flow: the episode is over, for ``reason``."""
+
+    def __init__(self, reason: EndReason, error: str | None = None) -> None:
+        super().__init__(reason, error)
+        self.reason: EndReason = reason
+        self.error = error
+
+
+class Terminus2:
+    """The Terminus 2 harness (see ``/work/shared/REFERENCE.md``, "Terminus 2")."""
+
+    name = "terminus2"
+
+    def __init__(self, config: HarnessConfig) -> None:
+        self.config = config
+
+    async def run(
+        self,
+        spec: EpisodeSpec,
+        sandbox: Sandbox,
+        model: ChatModel,
+        *,
+        checkpoint: Checkpoint | None = None,
+    ) -> EpisodeOutcome:
+        """Run one episode until completion, the turn cap, the deadline or an error.
+
+        Does not run the verifier: the runner does, once the agent can no longer act.
+        Infrastructure errors (model server, Docker) propagate for the engine to retry;
+        ``checkpoint`` has the partial trajectory by then.
+        """
+        trajectory = Trajectory(task=spec.task.name, harness=self.name, model=model.model_name)
+        deadline = spec.deadline_s if spec.deadline_s is not None else spec.task.agent_timeout_s
+        episode: _Episode | None = None
+        reason: EndReason = "timeout"
+        error: str | None = f"the episode's wall clock ({deadline:g} s) ran out"
+        with anyio.move_on_after(deadline):
+            shell = await sandbox.shell()
+            try:
+                episode = _Episode(self.config, spec, model, shell, trajectory, checkpoint)
+                await self._loop(episode)
+            except _EpisodeEnd as end:
+                reason, error = end.reason, end.error
+            finally:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(SHELL_CLOSE_TIMEOUT_S):
+                    await shell.close()
+        return EpisodeOutcome(
+            trajectory=trajectory,
+            end_reason=reason,
+            turns=episode.turns if episode else 0,
+            usage=trajectory.usage(),
+            error=error,
+        )
+
+    async def _loop(self, ep: _Episode) -> None:
+        """Prompt -> reply -> parse -> run commands or feed back the error -> observe."""
+        prompt = ep.first_prompt()
+        origin: Origin = "task"
+        pending_completion = False
+        while ep.turns < ep.max_turns:
+            completion = await ep.ask_turn(prompt, origin)
+            if completion.finish_reason == "length":
+                ep.record_reply(completion)
+                prompt, origin = ep.output_limit_message(completion), "harness"
+            elif (reply := protocol.parse_reply(completion.text, **ep.parse_options)).error:
+                ep.record_reply(completion)
+                prompt, origin = protocol.parse_error_message(reply), "harness"
+            else:
+                observation = await ep.execute(completion, reply)
+                if reply.task_complete and pending_completion:
+                    raise _EpisodeEnd("completed")
+                if not ep.shell.alive:
+                    raise _EpisodeEnd("error", "the shell exited (did the model type `exit`?)")
+                pending_completion = reply.task_complete
+                if pending_completion:
+                    prompt, origin = protocol.confirm_message(observation, reply), "harness"
+                else:
+                    prompt, origin = protocol.with_warnings(observation, reply), "env"
+            ep.checkpoint()
+        raise _EpisodeEnd("max_turns", f"no confirmed completion within {ep.max_turns} turns")
+
+
+class _Episode:
+    """One running episode: contexts, trajectory, shell, and the steps of the loop."""
+
+    def __init__(
+        self,
+        config: HarnessConfig,
+        spec: EpisodeSpec,
+        model: ChatModel,
+        shell: ShellSession,
+        trajectory: Trajectory,
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        self.config = config
+        self.spec = spec
+        self.model = model
+        self.shell = shell
+        self.trajectory = trajectory
+        self._checkpoint = checkpoint
+        self.max_turns = min(spec.max_turns, config.max_turns)
+        self.affinity = spec.affinity or str(spec.key)
+        self.parse_options = {"default_duration": config.default_duration_s}
+        self.turns = 0
+        """Agent-loop model calls so far."""
+        self.turn = 0
+        """Index (from 0) of the turn in progress; every message carries it."""
+        self.handoffs = 0
+        self.context: list[ChatMessage] = []
+        self.context_tokens = 0
+        """Prompt + completion tokens of the last call in the current context."""
+        self._started = time.monotonic()
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def now(self) -> float:
+        return time.monotonic() - self._started
+
+    def checkpoint(self) -> None:
+        if self._checkpoint is not None:
+            self._checkpoint(self.trajectory)
+
+    def _note(self, role: Role, content: str, origin: Origin, at: float) -> None:
+        self.trajectory.messages.append(
+            Message(role=role, content=content, origin=origin, turn=self.turn, at=at)
+        )
+
+    def record_reply(
+        self, completion: Completion, reply: Reply | None = None, ran: tuple[Command, ...] = ()
+    ) -> None:
+        """The model's message; ``ran`` holds the commands actually run (durations capped)."""
+        self.trajectory.messages.append(
+            Message(
+                role="assistant",
+                content=completion.text,
+                origin="model",
+                turn=self.turn,
+                at=self.now(),
+                usage=completion.usage,
+                commands=ran,
+                task_complete=reply.task_complete if reply else False,
+            )
+        )
+
+    # ------------------------------------------------------------ the model
+
+    def base_context(self) -> list[ChatMessage]:
+        """Guidance and task prompt: what every context of this episode starts with."""
+        return [
+            {"role": m.role, "content": m.content}
+            for m in self.trajectory.messages
+            if m.origin in ("private", "task")
+        ]
+
+    def first_prompt(self) -> str:
+        """The task prompt; guidance (if any) goes before it as a private system message."""
+        self.shell.observe(self.config.max_observation_bytes)  # start-up output: the screen shows it
+        if self.spec.guidance is not None:
+            guidance = render("guidance", guidance=self.spec.guidance)
+            self.context.append({"role": "system", "content": guidance})
+            self._note("system", guidance, "private", self.now())
+        return render(
+            "terminus-json-plain",
+            instruction=self.spec.task.instruction,
+            terminal_state=protocol.screen_text(self.shell, self.config.max_observation_bytes),
+            default_duration=self.config.default_duration_s,
+            max_duration=f"{self.config.max_duration_s:g}",
+        )
+
+    async def ask(self, context: list[ChatMessage], content: str, origin: Origin) -> Completion:
+        """One model call on ``context`` + ``content``; both messages join ``context``."""
+        at = self.now()
+        user: ChatMessage = {"role": "user", "content": content}
+        completion = await self.model.chat(
+            [*context, user],
+            affinity=self.affinity,
+            temperature=self.spec.temperature,
+            seed=self.spec.seed,
+        )
+        if completion.finish_reason == "abort":
+            raise LLMServerError(f"{self.model.model_name}: the server aborted the request")
+        context.extend((user, {"role": "assistant", "content": completion.text}))
+        self._note("user", content, origin, at)
+        return completion
+
+    async def ask_turn(self, prompt: str, origin: Origin) -> Completion:
+        """A turn's call; hands off first when free context is low or the prompt does not fit."""
+        self.turn = self.turns
+        self.turns += 1
+        if self.turn and self.model.context_length - self.context_tokens < self.config.handoff_free_tokens:
+            prompt, origin = await self.handoff(prompt), "harness"
+        try:
+            completion = await self.ask(self.context, prompt, origin)
+        except ContextLengthError as exc:
+            if self.turn == 0:
+                raise _EpisodeEnd("context", f"the task prompt does not fit: {exc}") from exc
+            completion = await self.ask_after_handoff(prompt)
+        self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
+        return completion
+
+    async def ask_after_handoff(self, prompt: str) -> Completion:
+        prompt = await self.handoff(prompt)
+        try:
+            return await self.ask(self.context, prompt, "harness")
+        except ContextLengthError as exc:
+            raise _EpisodeEnd("context", f"the prompt does not fit after a handoff: {exc}") from exc
+
+    def output_limit_message(self, completion: Completion) -> str:
+        # A client that reports no token count gets Terminus's own fixed figure.
+        limit = completion.usage.completion_tokens or 4096
+        return protocol.output_limit_message(
+            limit, completion.text, default_duration=self.config.default_duration_s
+        )
+
+    # ------------------------------------------------------------ the shell
+
+    async def execute(self, completion: Completion, reply: Reply) -> str:
+        """Run the reply's commands, each followed by its (capped) wait; return the observation."""
+        cap = self.config.max_duration_s
+        ran = tuple(
+            Command(keystrokes=c.keystrokes, duration=max(0.0, min(c.duration, cap)))
+            for c in reply.commands
+        )
+        self.record_reply(completion, reply, ran)
+        try:
+            for command in ran:
+                if not self.shell.alive:
+                    break
+                if command.keystrokes:
+                    await self.shell.send(command.keystrokes)
+                await self.shell.wait(command.duration)
+        except ShellClosedError as exc:
+            raise _EpisodeEnd("error", f"the shell exited: {exc}") from exc
+        return protocol.observe(self.shell, self.config.max_observation_bytes)
+
+    # ------------------------------------------------------------ context handoff
+
+    async def handoff(self, pending: str) -> str:
+        """Summary (old context) -> questions (new context) -> answers (old context).
+
+        Returns the first prompt of the new context: the answers, then ``pending``.
+        """
+        self.handoffs += 1
+        instruction = self.spec.task.instruction
+        old = self.context
+        summary = await self._ask_unwinding(old, render("handoff_summary", instruction=instruction))
+        new = self.base_context()
+        screen = protocol.truncate_output(self.shell.screen(), self.config.max_observation_bytes)
+        asking = render("handoff_questions", instruction=instruction, summary=summary, screen=screen)
+        try:
+            questions = await self.ask(new, asking, "harness")
+        except ContextLengthError as exc:
+            raise _EpisodeEnd("context", f"the handoff questions do not fit: {exc}") from exc
+        self.record_reply(questions)
+        answers = await self._ask_unwinding(old, render("handoff_answers", questions=questions.text))
+        self.context = new
+        self.context_tokens = questions.usage.prompt_tokens + questions.usage.completion_tokens
+        free = self.model.context_length - self.context_tokens
+        if free < self.config.handoff_free_tokens:
+            raise _EpisodeEnd("context", f"only {free} tokens free right after a handoff")
+        return render("handoff_resume", answers=answers) + "\n\n" + pending
+
+    async def _ask_unwinding(self, context: list[ChatMessage], content: str) -> str:
+        """Ask on the old context, dropping its latest exchanges while the prompt does not fit."""
+        while True:
+            try:
+                completion = await self.ask(context, content, "harness")
+            except ContextLengthError as exc:
+                if len(context) < len(self.base_context()) + 2:
+                    raise _EpisodeEnd("context", f"the handoff does not fit: {exc}") from exc
+                del context[-2:]
+                continue
+            self.record_reply(completion)
+            return completion.text

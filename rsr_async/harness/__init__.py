@@ -1,6 +1,8 @@
 """Agent harnesses: the shared Terminus protocol, Terminus 2, and (later) StateM and RSRT.
 
-``get_harness(name, config)`` is the registry the episode runner uses.
+``get_harness(name, config)`` is the registry the episode runner uses. The protocol
+pieces (reply parsing, templates, observations) are in :mod:`rsr_async.harness.protocol`;
+test doubles (FakeShell, ReplayModel) in :mod:`rsr_async.harness.fakes`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 - :class:`FakeShell` satisfies :class:`~rsr_async.sandbox.base.ShellSession` with a tiny
   line interpreter (``echo``, ``cat``, ``ls``, ``pwd``, ``sleep``, ``exit``, ``>``/``>>``
-  redirection, exact-match scripted outputs) on a virtual clock: ``sleep 90`` makes the
+  redirection, ``bash <<'EOF'`` and ``cat > FILE <<'EOF'`` heredocs, exact-match scripted
+  outputs; anything else is "command not found") on a virtual clock: ``sleep 90`` makes the
   shell busy for 90 virtual seconds, and ``wait`` advances the clock without sleeping,
   returning early (True) once the command is done. It records every keystroke batch
   (``sent``) and every wait asked for (``waits``). Lines typed while a command runs run

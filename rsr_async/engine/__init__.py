@@ -1,0 +1,61 @@
+"""The engine room: scheduler, durable store, resume, progress and metrics.
+
+::
+
+    from rsr_async.engine import Engine, Job
+
+    async with Engine(config, runner=runner, run_dir="runs/demo") as engine:
+        async for result in engine.run(jobs, stage="discover"):
+            print(result.key, result.status)
+
+See :class:`Engine` for the contract, :mod:`.jobs` for what a runner must do,
+:mod:`.store` for the database, :mod:`.signals` for CLI signal handling and exit codes.
+"""
+
+from __future__ import annotations
+
+from .jobs import Job, JobContext, JobRunner, ModelJobSpec
+from .limits import Limits, RateLimiter
+from .looplag import LoopLagMonitor
+from .progress import NullProgress, PlainProgress, ProgressSink, RichProgress, Snapshot, StageView
+from .scheduler import Engine, EngineStats, StageStats
+from .signals import (
+    EXIT_INTERRUPTED,
+    EXIT_JOB_ERRORS,
+    EXIT_OK,
+    SignalState,
+    exit_code,
+    run_async,
+    shutdown_on_signals,
+)
+from .store import FINISHED, JobRow, Store, resume_view
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_JOB_ERRORS",
+    "EXIT_OK",
+    "FINISHED",
+    "Engine",
+    "EngineStats",
+    "Job",
+    "JobContext",
+    "JobRow",
+    "JobRunner",
+    "Limits",
+    "LoopLagMonitor",
+    "ModelJobSpec",
+    "NullProgress",
+    "PlainProgress",
+    "ProgressSink",
+    "RateLimiter",
+    "RichProgress",
+    "SignalState",
+    "Snapshot",
+    "StageStats",
+    "StageView",
+    "Store",
+    "exit_code",
+    "run_async",
+    "resume_view",
+    "shutdown_on_signals",
+]

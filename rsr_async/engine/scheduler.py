@@ -1,0 +1,722 @@
+"""The :class:`Engine`: runs jobs on one event loop, stores every result, resumes.
+
+Structure (all inside the engine's task group, opened by ``async with Engine(...)``)::
+
+    Engine task group
+    ├── services scope: loop-lag monitor, progress timer, shutdown grace timer
+    └── one scheduler task per ``engine.run(jobs)``
+        └── run scope (cancelled on escalation, or when the consumer stops reading)
+            └── job task group: one task per job in flight (global semaphore: concurrency)
+
+A job task runs attempts (infra retries with backoff), each under its own deadline,
+then hands the result to the store writer and, once it is committed, to the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+import traceback
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import msgspec
+from anyio.streams.memory import MemoryObjectSendStream
+
+from ..config import Config
+from ..errors import HarnessError, InfraError, RsrError, StoreError
+from ..schema import EndReason, EpisodeResult, EpisodeSpec, JobStatus, Trajectory, Usage
+from .jobs import Job, JobContext, JobRunner, _Meter
+from .limits import Limits
+from .looplag import LoopLagMonitor
+from .metrics import serve_metrics
+from .progress import ProgressSink, Snapshot, StageView, make_progress
+from .store import FINISHED, Store
+
+__all__ = ["Engine", "EngineStats", "StageStats"]
+
+_RESULT_STATUSES = frozenset({"succeeded", "failed", "infra_error", "cancelled"})
+_DEFAULT_MODEL_JOB_DEADLINE_S = 600.0
+_CANCEL_STORE_TIMEOUT_S = 30.0
+
+
+class StageStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Counts for one stage (all runs of it in this engine)."""
+
+    total: int = 0
+    skipped: int = 0
+    """Finished in an earlier run of the same run directory; not run again."""
+    done: int = 0
+    """Reached a final status in this engine (succeeded, failed, infra_error, cancelled)."""
+    running: int = 0
+    pending: int = 0
+    """Submitted but not started (e.g. left by a shutdown)."""
+    succeeded: int = 0
+    failed: int = 0
+    infra_error: int = 0
+    cancelled: int = 0
+    retries: int = 0
+    steps: int = 0
+
+
+class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A frozen record of what the engine did so far (``engine.statistics()``)."""
+
+    total: int
+    skipped: int
+    done: int
+    running: int
+    pending: int
+    succeeded: int
+    failed: int
+    infra_error: int
+    cancelled: int
+    retries: int
+    steps: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    elapsed_s: float
+    loop_lag_p99_ms: float
+    loop_lag_max_ms: float
+    shutdown: Literal["none", "draining", "cancelling"]
+    recovered_running: int
+    """Jobs that a crashed earlier run left ``running``; they were queued again."""
+    stages: dict[str, StageStats]
+
+    @property
+    def complete(self) -> bool:
+        """Every submitted job has a final status and none is left pending or running."""
+        return self.pending == 0 and self.running == 0 and self.shutdown == "none"
+
+
+@dataclass(slots=True)
+class _StageCounts:
+    started_at: float
+    meter: _Meter = field(default_factory=_Meter)
+    total: int = 0
+    skipped: int = 0
+    started: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    infra_error: int = 0
+    cancelled: int = 0
+    retries: int = 0
+
+    @property
+    def done(self) -> int:
+        return self.succeeded + self.failed + self.infra_error + self.cancelled
+
+    def freeze(self) -> StageStats:
+        return StageStats(
+            total=self.total,
+            skipped=self.skipped,
+            done=self.done,
+            running=self.running,
+            pending=self.total - self.skipped - self.started,
+            succeeded=self.succeeded,
+            failed=self.failed,
+            infra_error=self.infra_error,
+            cancelled=self.cancelled,
+            retries=self.retries,
+            steps=self.meter.steps,
+        )
+
+
+class _Run:
+    __slots__ = ("counts", "error", "scope", "stage")
+
+    def __init__(self, stage: str, counts: _StageCounts) -> None:
+        self.stage = stage
+        self.counts = counts
+        self.scope = anyio.CancelScope()
+        self.error: BaseException | None = None
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _turns(trajectory: Trajectory | None) -> int:
+    if trajectory is None:
+        return 0
+    return sum(1 for m in trajectory.messages if m.origin == "model")
+
+
+class Engine:
+    """Runs jobs concurrently on the current event loop; embeds in any asyncio program.
+
+    ::
+
+        async with Engine(config, runner=my_runner, run_dir="runs/x") as engine:
+            async for result in engine.run(jobs, stage="discover"):
+                ...
+
+    - No global state, no signal handlers, no ``asyncio.run`` inside: the CLI adds those
+      (:func:`rsr_async.engine.signals.shutdown_on_signals`).
+    - Results are yielded after they are committed to the store.
+    - Rerunning the same jobs in the same ``run_dir`` resumes: ``succeeded`` and
+      ``failed`` jobs are skipped; ``pending``, ``running`` (a crash), ``cancelled`` and
+      ``infra_error`` jobs run again (``rerun`` changes that set).
+    - Cancelling the caller's scope cancels the jobs; each stores its partial
+      trajectory with status ``cancelled``. Leaving the ``async with`` block, or
+      stopping to read ``run()``, cancels what is still running the same way.
+    - asyncio only (uvloop welcome); anyio code on the asyncio backend is fine.
+
+    ``gauges`` are extra live numbers (sandboxes alive, server queue depth ...) the
+    display and the metrics endpoint show, read on every refresh.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        runner: JobRunner,
+        run_dir: Path | str,
+        force: bool = False,
+        progress: ProgressSink | Literal["auto", "rich", "plain", "none"] | None = None,
+        gauges: Mapping[str, Callable[[], float]] | None = None,
+        limits: Limits | None = None,
+        lag_interval_s: float = 0.05,
+    ) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.limits = limits if limits is not None else Limits()
+        self._runner = runner
+        self._force = force
+        self._progress_choice = progress
+        self._gauges = dict(gauges or {})
+        self._lag = LoopLagMonitor(lag_interval_s)
+        self._store: Store | None = None
+        self._stack: AsyncExitStack | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._services = anyio.CancelScope()
+        self._slots = anyio.Semaphore(config.run.concurrency)
+        self._stages: dict[str, _StageCounts] = {}
+        self._runs: set[_Run] = set()
+        self._shutdown: Literal["none", "draining", "cancelling"] = "none"
+        self._shutdown_event: anyio.Event | None = None
+        self._started = 0.0
+        self._progress: ProgressSink | None = None
+        self._rate_mark: tuple[float, int, int] = (0.0, 0, 0)
+        self._rates = (0.0, 0.0)
+        self._rng = random.Random()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def store(self) -> Store:
+        """The run's store (for queries); only while the engine is open."""
+        if self._store is None:
+            raise RsrError("the engine is not open: use `async with Engine(...) as engine`")
+        return self._store
+
+    async def __aenter__(self) -> Engine:
+        if self._stack is not None:
+            raise RsrError("this Engine is already open; an Engine is entered once")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError as exc:
+            raise RsrError("rsr_async.Engine runs on asyncio (or anyio on asyncio), not trio") from exc
+        cfg = self.config.engine
+        self._started = time.monotonic()
+        self._rate_mark = (self._started, 0, 0)
+        self._shutdown_event = anyio.Event()
+        stack = AsyncExitStack()
+        try:
+            store = await anyio.to_thread.run_sync(
+                lambda: Store.open(
+                    self.run_dir,
+                    config=self.config.to_dict(),
+                    force=self._force,
+                    batch_ms=cfg.store_batch_ms,
+                )
+            )
+            self._store = store
+            stack.push_async_callback(self._close_store)
+            choice = self._progress_choice
+            self._progress = (
+                make_progress(cfg.progress if choice is None else choice)
+                if choice is None or isinstance(choice, str)
+                else choice
+            )
+            if cfg.metrics_port:
+                stop_metrics = await anyio.to_thread.run_sync(
+                    serve_metrics, self.snapshot, cfg.metrics_port
+                )
+                stack.push_async_callback(self._in_thread_shielded, stop_metrics)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._tg.start_soon(self._run_services, name="rsr-engine-services")
+            store.log_event(
+                {
+                    "event": "open",
+                    "at": time.time(),
+                    "run_dir": str(self.run_dir),
+                    "recovered_running": store.recovered_running,
+                }
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+            self._store = None
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._stack is not None
+        for run in list(self._runs):
+            run.scope.cancel()  # results nobody will read: store them as cancelled
+        self._services.cancel()
+        try:
+            return await self._stack.__aexit__(exc_type, exc, tb)
+        finally:
+            self._stack = None
+
+    async def _close_store(self) -> None:
+        store = self._store
+        if store is None:
+            return
+        stats = self.statistics()
+        store.log_event({"event": "close", "at": time.time(), **msgspec.to_builtins(stats)})
+        if self._progress is not None:
+            self._progress.stop(self.snapshot())
+        await self._in_thread_shielded(store.close)
+
+    @staticmethod
+    async def _in_thread_shielded(fn: Callable[[], Any]) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(fn)
+
+    async def _run_services(self) -> None:
+        with self._services:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._lag.run)
+                tg.start_soon(self._refresh)
+                tg.start_soon(self._grace_timer)
+
+    async def _refresh(self) -> None:
+        progress = self._progress
+        assert progress is not None and self._store is not None
+        progress.start()
+        last_event = time.monotonic()
+        while True:
+            await anyio.sleep(progress.interval_s)
+            snap = self.snapshot()
+            progress.update(snap)
+            if time.monotonic() - last_event >= 10.0:
+                self._store.log_event({"at": time.time(), **snap.to_event()})
+                last_event = time.monotonic()
+
+    async def _grace_timer(self) -> None:
+        assert self._shutdown_event is not None
+        await self._shutdown_event.wait()
+        await anyio.sleep(self.config.engine.grace_period_s)
+        self.request_shutdown(immediate=True)
+
+    def request_shutdown(self, *, immediate: bool = False) -> None:
+        """Stop scheduling new jobs; let running ones finish within the grace period, then
+        cancel them (stored ``cancelled`` with their partial trajectory).
+
+        A second call (or ``immediate=True``) cancels running jobs now. Safe to call from
+        a signal handler installed on the loop (``loop.add_signal_handler``).
+        """
+        if self._shutdown == "none" and not immediate:
+            self._shutdown = "draining"
+            if self._shutdown_event is not None:
+                self._shutdown_event.set()
+            self._log({"event": "shutdown", "mode": "draining", "at": time.time()})
+            return
+        if self._shutdown == "cancelling":
+            return
+        self._shutdown = "cancelling"
+        self._log({"event": "shutdown", "mode": "cancelling", "at": time.time()})
+        for run in list(self._runs):
+            run.scope.cancel()
+
+    def _stopping(self) -> bool:
+        return self._shutdown != "none"
+
+    def _log(self, event: dict[str, Any]) -> None:
+        if self._store is not None:
+            self._store.log_event(event)
+
+    # ------------------------------------------------------------------ running
+
+    def run(
+        self,
+        jobs: Iterable[Job],
+        *,
+        stage: str = "discover",
+        rerun: Iterable[JobStatus] = ("pending", "running", "cancelled", "infra_error"),
+    ) -> AsyncIterator[EpisodeResult]:
+        """Run ``jobs``; yield each result as soon as it is stored.
+
+        Jobs whose key the store already holds with a status outside ``rerun`` (by
+        default: ``succeeded`` and ``failed``) are skipped and not yielded (read them
+        with ``engine.store.results(stage=...)``). Duplicate keys raise ``ValueError``.
+        Several ``run()`` calls may be active at once; they share the concurrency limit.
+        """
+        if self._tg is None or self._store is None:
+            raise RsrError("the engine is not open: use `async with Engine(...) as engine`")
+        job_list = list(jobs)
+        keys = [str(job.key) for job in job_list]
+        if len(set(keys)) != len(keys):
+            seen: set[str] = set()
+            dupes = sorted({k for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
+            raise ValueError(f"duplicate job keys ({len(dupes)}), e.g. {dupes[:3]}")
+        rerun_set = frozenset(rerun)
+        if rerun_set & FINISHED and "pending" not in rerun_set:
+            raise ValueError("rerun must include 'pending'")
+        return self._results(job_list, keys, stage, rerun_set)
+
+    async def _results(
+        self, jobs: list[Job], keys: list[str], stage: str, rerun: frozenset[str]
+    ) -> AsyncIterator[EpisodeResult]:
+        assert self._tg is not None
+        counts = self._stages.get(stage)
+        if counts is None:
+            counts = self._stages[stage] = _StageCounts(started_at=time.monotonic())
+        run = _Run(stage, counts)
+        send, receive = anyio.create_memory_object_stream[EpisodeResult](math.inf)
+        self._runs.add(run)
+        self._tg.start_soon(self._schedule, run, jobs, keys, rerun, send, name=f"rsr-run:{stage}")
+        try:
+            with receive:
+                async for result in receive:
+                    yield result
+            if run.error is not None:
+                raise run.error
+        finally:
+            run.scope.cancel()  # the consumer stopped reading: stop its jobs too
+            self._runs.discard(run)
+
+    async def _schedule(
+        self,
+        run: _Run,
+        jobs: list[Job],
+        keys: list[str],
+        rerun: frozenset[str],
+        send: MemoryObjectSendStream[EpisodeResult],
+    ) -> None:
+        store = self.store
+        counts = run.counts
+        with send, run.scope:
+            try:
+                statuses = await anyio.to_thread.run_sync(store.statuses, keys)
+                todo = [
+                    (job, key)
+                    for job, key in zip(jobs, keys, strict=True)
+                    if statuses.get(key, "pending") in rerun
+                ]
+                new = [job for job, key in zip(jobs, keys, strict=True) if key not in statuses]
+                counts.total += len(jobs)
+                counts.skipped += len(jobs) - len(todo)
+                if new:
+                    await self._wait(store.register(new, stage=run.stage))
+                store.log_event(
+                    {
+                        "event": "run",
+                        "at": time.time(),
+                        "stage": run.stage,
+                        "jobs": len(jobs),
+                        "skipped": len(jobs) - len(todo),
+                    }
+                )
+                async with anyio.create_task_group() as tg:
+                    slots = self._slots
+                    burst = 0
+                    for job, key in todo:
+                        if self._stopping():
+                            break
+                        try:
+                            slots.acquire_nowait()
+                        except anyio.WouldBlock:
+                            burst = 0
+                            await slots.acquire()
+                        else:
+                            # Start free slots in bursts without a loop round-trip each,
+                            # yet yield now and then so a big ramp-up does not stall the loop.
+                            burst += 1
+                            if burst >= 128:
+                                burst = 0
+                                await anyio.lowlevel.checkpoint()
+                        if self._stopping():
+                            slots.release()
+                            break
+                        counts.started += 1
+                        counts.running += 1
+                        tg.start_soon(self._job, run, job, key, send, name=key)
+            except Exception as exc:  # delivered to the consumer as itself, not as a group
+                run.error = _unwrap(exc)
+                run.scope.cancel()
+
+    async def _job(
+        self,
+        run: _Run,
+        job: Job,
+        key: str,
+        send: MemoryObjectSendStream[EpisodeResult],
+    ) -> None:
+        counts = run.counts
+        store = self.store
+        slot_held = True
+        ctx: JobContext | None = None
+        started = time.time()
+        try:
+            attempt = 0
+            while True:
+                ctx = JobContext(
+                    job,
+                    stage=run.stage,
+                    attempt=attempt,
+                    deadline=anyio.current_time() + self._deadline_s(job),
+                    limits=self.limits,
+                    meter=counts.meter,
+                )
+                store.mark_running(key)
+                try:
+                    result = await self._attempt(job, ctx, started)
+                except InfraError as exc:
+                    if exc.retryable and attempt < self.config.engine.infra_retries and (
+                        self._shutdown == "none"
+                    ):
+                        counts.retries += 1
+                        store.log_event(
+                            {"event": "retry", "at": time.time(), "key": key, "attempt": attempt,
+                             "error": f"{type(exc).__name__}: {exc}"[:500]}
+                        )
+                        await anyio.sleep(self._backoff(attempt))
+                        attempt += 1
+                        continue
+                    result = self._ended(job, ctx, started, "infra_error", "infra", exc)
+                except Exception as exc:  # a runner/harness bug: not the model's fault
+                    result = self._ended(job, ctx, started, "infra_error", "error", exc)
+                break
+            self._slots.release()
+            slot_held = False
+        except anyio.get_cancelled_exc_class():
+            self._slots.release()
+            slot_held = False
+            result = self._ended(job, ctx, started, "cancelled", "cancelled", None)
+            counts.running -= 1
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_STORE_TIMEOUT_S):
+                await self._finish(run, job, key, result, send, attempt_count=ctx.attempt + 1 if ctx else 0)
+            raise
+        finally:
+            if slot_held:
+                self._slots.release()
+        counts.running -= 1
+        await self._finish(run, job, key, result, send, attempt_count=ctx.attempt + 1)
+
+    async def _attempt(self, job: Job, ctx: JobContext, started: float) -> EpisodeResult:
+        with anyio.CancelScope(deadline=ctx.deadline) as scope:
+            result = await self._runner(job, ctx)
+        if scope.cancelled_caught:
+            # Ran out of wall clock: the model had its time; stored as a failed attempt.
+            return self._ended(job, ctx, started, "failed", "timeout", None)
+        if not isinstance(result, EpisodeResult):
+            raise HarnessError(f"job {job.key}: the runner returned {type(result).__name__}, not EpisodeResult")
+        if result.key != job.key:
+            raise HarnessError(f"job {job.key}: the runner returned the result of {result.key}")
+        if result.status not in _RESULT_STATUSES:
+            raise HarnessError(f"job {job.key}: the runner returned status {result.status!r}")
+        if not result.started_at:
+            result.started_at = started
+        if not result.finished_at:
+            result.finished_at = time.time()
+        return result
+
+    def _ended(
+        self,
+        job: Job,
+        ctx: JobContext | None,
+        started: float,
+        status: JobStatus,
+        reason: EndReason,
+        exc: BaseException | None,
+    ) -> EpisodeResult:
+        trajectory = ctx.trajectory if ctx is not None else None
+        error = None
+        if exc is not None:
+            error = f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, RsrError):  # a bug: keep where it happened
+                error += "\n" + "".join(traceback.format_exception(exc)[-6:])
+        elif reason == "timeout":
+            error = f"deadline of {self._deadline_s(job):g} s passed"
+        return EpisodeResult(
+            key=job.key,
+            status=status,
+            end_reason=reason,
+            trajectory=trajectory,
+            usage=trajectory.usage() if trajectory is not None else Usage(),
+            error=error,
+            started_at=started,
+            finished_at=time.time(),
+            turns=_turns(trajectory),
+        )
+
+    async def _finish(
+        self,
+        run: _Run,
+        job: Job,
+        key: str,
+        result: EpisodeResult,
+        send: MemoryObjectSendStream[EpisodeResult],
+        *,
+        attempt_count: int,
+    ) -> None:
+        store = self.store
+        future = store.put_result(result, job=job)
+        store.log_event(
+            {
+                "event": "job",
+                "at": time.time(),
+                "key": key,
+                "status": result.status,
+                "end_reason": result.end_reason,
+                "reward": result.reward,
+                "seconds": round(result.finished_at - result.started_at, 3),
+                "attempts": attempt_count,
+                "error": (result.error or "")[:300] or None,
+            }
+        )
+        await self._wait(future)
+        counts = run.counts
+        status = result.status
+        if status == "succeeded":
+            counts.succeeded += 1
+        elif status == "failed":
+            counts.failed += 1
+        elif status == "infra_error":
+            counts.infra_error += 1
+        else:
+            counts.cancelled += 1
+        try:
+            send.send_nowait(result)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the consumer left; the result is stored
+
+    @staticmethod
+    async def _wait(future: Any) -> Any:
+        if future is None:
+            return None
+        try:
+            return await asyncio.wrap_future(future)
+        except StoreError:
+            raise
+        except Exception as exc:  # the writer hit something that is not an sqlite3 error
+            raise StoreError(f"storing a job failed: {exc}") from exc
+
+    def _deadline_s(self, job: Job) -> float:
+        spec = job.spec
+        if spec.deadline_s is not None:
+            return spec.deadline_s
+        configured = self.config.engine.job_deadline_s
+        if configured > 0:
+            return configured
+        if isinstance(spec, EpisodeSpec):
+            task = spec.task
+            return task.build_timeout_s + task.agent_timeout_s + task.verifier_timeout_s
+        return _DEFAULT_MODEL_JOB_DEADLINE_S
+
+    def _backoff(self, attempt: int) -> float:
+        base: float = self.config.engine.retry_backoff_s
+        return min(60.0, base * 2.0**attempt) * (0.5 + self._rng.random())
+
+    # ------------------------------------------------------------------ numbers
+
+    def statistics(self) -> EngineStats:
+        """What the engine did so far, as a frozen record."""
+        stages = {name: c.freeze() for name, c in self._stages.items()}
+        meters = [c.meter for c in self._stages.values()]
+
+        def total(name: str) -> int:
+            return sum(getattr(s, name) for s in stages.values())
+
+        return EngineStats(
+            total=total("total"),
+            skipped=total("skipped"),
+            done=total("done"),
+            running=total("running"),
+            pending=total("pending"),
+            succeeded=total("succeeded"),
+            failed=total("failed"),
+            infra_error=total("infra_error"),
+            cancelled=total("cancelled"),
+            retries=total("retries"),
+            steps=sum(m.steps for m in meters),
+            prompt_tokens=sum(m.prompt_tokens for m in meters),
+            completion_tokens=sum(m.completion_tokens for m in meters),
+            cached_tokens=sum(m.cached_tokens for m in meters),
+            elapsed_s=time.monotonic() - self._started if self._started else 0.0,
+            loop_lag_p99_ms=self._lag.percentile(0.99) * 1000,
+            loop_lag_max_ms=self._lag.max_s * 1000,
+            shutdown=self._shutdown,
+            recovered_running=self._store.recovered_running if self._store else 0,
+            stages=stages,
+        )
+
+    @property
+    def loop_lag(self) -> LoopLagMonitor:
+        """The loop-lag monitor (e.g. to reset it after a warm-up)."""
+        return self._lag
+
+    def snapshot(self) -> Snapshot:
+        """What the live display shows (rates are over the time since the last call)."""
+        now = time.monotonic()
+        views = []
+        for name, c in self._stages.items():
+            elapsed = now - c.started_at
+            remaining = c.total - c.skipped - c.done
+            eta = remaining * elapsed / c.done if c.done and remaining else (0.0 if not remaining else None)
+            views.append(
+                StageView(
+                    stage=name, total=c.total, skipped=c.skipped, done=c.done, running=c.running,
+                    succeeded=c.succeeded, failed=c.failed, infra_error=c.infra_error,
+                    cancelled=c.cancelled, retries=c.retries, steps=c.meter.steps,
+                    elapsed_s=elapsed, eta_s=eta,
+                )
+            )
+        meters = [c.meter for c in self._stages.values()]
+        completion = sum(m.completion_tokens for m in meters)
+        prompt = sum(m.prompt_tokens for m in meters)
+        cached = sum(m.cached_tokens for m in meters)
+        mark_t, mark_c, mark_p = self._rate_mark
+        if now - mark_t >= 1.0:
+            self._rates = ((completion - mark_c) / (now - mark_t), (prompt - mark_p) / (now - mark_t))
+            self._rate_mark = (now, completion, prompt)
+        gauges: dict[str, float] = {}
+        for name, read in self._gauges.items():
+            try:
+                gauges[name] = float(read())
+            except Exception:  # a broken gauge must not take the display down
+                gauges[name] = math.nan
+        return Snapshot(
+            elapsed_s=now - self._started if self._started else 0.0,
+            stages=tuple(views),
+            tokens_per_s=self._rates[0],
+            prompt_tokens_per_s=self._rates[1],
+            cached_share=cached / prompt if prompt else 0.0,
+            loop_lag_p99_ms=self._lag.percentile(0.99) * 1000,
+            loop_lag_max_ms=self._lag.max_s * 1000,
+            gauges=gauges,
+            shutdown=self._shutdown,
+        )

@@ -1,0 +1,115 @@
+"""Signals and exit codes, for command-line entry points only.
+
+The :class:`~rsr_async.engine.Engine` installs no signal handlers (it embeds in other
+programs); a CLI wraps its run in :func:`shutdown_on_signals`:
+
+- first SIGINT/SIGTERM: ``engine.request_shutdown()``: stop scheduling, let running jobs
+  finish within ``engine.grace_period_s``, then cancel them;
+- second: cancel running jobs now (each stores its partial trajectory as ``cancelled``);
+- third: the default handler again (SIGINT raises ``KeyboardInterrupt``).
+
+Exit codes (:func:`exit_code`):
+
+====  ==========================================================================
+0     every job reached a final status; none ended in ``infra_error`` or ``cancelled``
+      (model failures are results, not errors)
+1     a fatal error stopped the run (bad store, bad config ...; ``cli.py`` prints it)
+2     usage error (argparse)
+4     the run finished but some jobs ended ``infra_error`` or ``cancelled``:
+      rerun the same command to retry just those
+130   interrupted by SIGINT (Ctrl-C) - 143 by SIGTERM: unfinished jobs stay
+      ``pending``/``cancelled``; rerun the same command to resume
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Final, TypeVar
+
+import anyio
+
+from .scheduler import Engine, EngineStats
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_JOB_ERRORS",
+    "EXIT_OK",
+    "SignalState",
+    "exit_code",
+    "run_async",
+    "shutdown_on_signals",
+]
+
+EXIT_OK: Final = 0
+EXIT_JOB_ERRORS: Final = 4
+EXIT_INTERRUPTED: Final = 130
+
+T = TypeVar("T")
+
+
+class SignalState:
+    """Which signals arrived while :func:`shutdown_on_signals` was active."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: int | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.count > 0
+
+
+@asynccontextmanager
+async def shutdown_on_signals(
+    engine: Engine, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
+) -> AsyncIterator[SignalState]:
+    """Route SIGINT/SIGTERM to ``engine`` (first: drain, second: cancel, third: default)."""
+    loop = asyncio.get_running_loop()
+    state = SignalState()
+    installed: list[int] = []
+
+    def handle(signum: int) -> None:
+        state.count += 1
+        state.last = signum
+        if state.count == 1:
+            engine.request_shutdown()
+        else:
+            engine.request_shutdown(immediate=True)
+            for sig in installed:  # the next one takes the default (hard) path
+                loop.remove_signal_handler(sig)
+            installed.clear()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, handle, sig)
+        installed.append(sig)
+    try:
+        yield state
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def exit_code(stats: EngineStats, signals: SignalState | None = None) -> int:
+    """The process exit code for a finished run (see the module docstring)."""
+    if signals is not None and signals.interrupted:
+        return 128 + (signals.last or signal.SIGINT)
+    if stats.shutdown != "none" or stats.pending or stats.running:
+        return EXIT_INTERRUPTED
+    if stats.infra_error or stats.cancelled:
+        return EXIT_JOB_ERRORS
+    return EXIT_OK
+
+
+def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``anyio.run`` on asyncio, with uvloop when it is installed (CLI entry points only)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        use_uvloop = False
+    else:
+        use_uvloop = True
+    return anyio.run(fn, *args, backend="asyncio", backend_options={"use_uvloop": use_uvloop})

@@ -1,0 +1,845 @@
+"""The run database: one SQLite file (WAL) per run directory.
+
+Writes go through one writer thread, in batched transactions (at most one commit per
+``batch_ms``, everything queued meanwhile in the same transaction), so the event loop
+never blocks on SQLite and ten thousand results cost a few hundred commits. A write that
+a caller awaits resolves only after its transaction committed: a result the engine has
+handed out is on disk (``synchronous=NORMAL`` in WAL mode survives a killed process; a
+power cut may lose the last batches).
+
+Reads use a second connection (WAL lets them run beside the writer) and see committed
+data only; :meth:`Store.flush` waits for queued writes first.
+
+Tables::
+
+    meta(key TEXT PRIMARY KEY, value TEXT)      schema_version, app, created_at, config
+    jobs(key TEXT PRIMARY KEY, stage, task, harness, attempt, runbook, execution,
+         kind, status, tries, reward, end_reason, turns, error,
+         spec BLOB, result BLOB, codec, created_at, started_at, finished_at)
+
+Blobs are msgspec JSON, zlib-compressed when larger than 2 KiB (``codec`` 1).
+
+A file that is not SQLite, not ours, or fails SQLite's integrity check raises
+:class:`~rsr_async.errors.StoreCorruptError` and is left untouched: a run is never
+silently started over.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from ..errors import ConfigMismatchError, StoreCorruptError, StoreError
+from ..schema import EpisodeResult, EpisodeSpec, JobKey, JobStatus, decode, encode
+from .jobs import Job, ModelJobSpec
+
+__all__ = [
+    "DB_NAME",
+    "EVENTS_NAME",
+    "FINISHED",
+    "JobRow",
+    "SCHEMA_VERSION",
+    "Store",
+    "resume_view",
+]
+
+SCHEMA_VERSION: Final = 1
+APPLICATION_ID: Final = 0x52535241  # "RSRA": marks the file as ours for `file`/sqlite tools
+SQLITE_HEADER: Final = b"SQLite format 3\x00"
+DB_NAME: Final = "run.db"
+EVENTS_NAME: Final = "events.jsonl"
+LOCK_NAME: Final = "run.lock"
+COMPRESS_OVER: Final = 2048
+QUICK_CHECK_MAX_BYTES: Final = 1 << 30
+FINISHED: Final[frozenset[str]] = frozenset({"succeeded", "failed"})
+"""Statuses a rerun skips. ``infra_error`` and ``cancelled`` are run again on resume."""
+STATUSES: Final = ("pending", "running", "succeeded", "failed", "infra_error", "cancelled")
+
+# Settings that may change between a run and its resume: how fast and where things run,
+# not what is computed. Everything else must match (see resume_view).
+OPERATIONAL_KEYS: Final = frozenset(
+    {
+        "engine",
+        "run.run_dir",
+        "run.concurrency",
+        "sandbox.docker_urls",
+        "sandbox.starts_per_s",
+        "sandbox.max_concurrent_starts",
+        "sandbox.warm_pool",
+        "sandbox.build_concurrency",
+        "sandbox.api_timeout_s",
+        "llm.urls",
+        "llm.max_inflight_per_server",
+        "llm.connect_timeout_s",
+        "llm.read_timeout_s",
+        "llm.total_timeout_s",
+        "llm.health_interval_s",
+        "llm.breaker_failures",
+        "llm.breaker_reset_s",
+        "llm.balance_abs_threshold",
+        "llm.balance_rel_threshold",
+        "sim",
+    }
+)
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    key TEXT PRIMARY KEY,
+    stage TEXT NOT NULL,
+    task TEXT NOT NULL,
+    harness TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    runbook TEXT NOT NULL,
+    execution INTEGER NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'episode',
+    status TEXT NOT NULL,
+    tries INTEGER NOT NULL DEFAULT 0,
+    reward REAL,
+    end_reason TEXT,
+    turns INTEGER,
+    error TEXT,
+    spec BLOB,
+    spec_codec INTEGER NOT NULL DEFAULT 0,
+    result BLOB,
+    codec INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_stage_status ON jobs (stage, status);
+CREATE INDEX IF NOT EXISTS jobs_task ON jobs (task, harness);
+"""
+
+_ROW_COLUMNS = (
+    "key, stage, task, harness, attempt, runbook, execution, kind, status, tries, reward, "
+    "end_reason, turns, error, created_at, started_at, finished_at"
+)
+
+
+class JobRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One job's row without its blobs (cheap to list in bulk)."""
+
+    key: str
+    stage: str
+    task: str
+    harness: str
+    attempt: int
+    runbook: str
+    execution: int
+    kind: str
+    status: JobStatus
+    tries: int
+    reward: float | None
+    end_reason: str | None
+    turns: int | None
+    error: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+    @property
+    def job_key(self) -> JobKey:
+        """The structured key."""
+        return JobKey(
+            stage=self.stage,
+            task=self.task,
+            harness=self.harness,
+            attempt=self.attempt,
+            runbook=self.runbook,
+            execution=self.execution,
+        )
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def resume_view(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that must match for a resume (flat ``section.key`` → value)."""
+    flat = _flatten(config)
+    return {
+        key: value
+        for key, value in sorted(flat.items())
+        if key not in OPERATIONAL_KEYS and key.split(".", 1)[0] not in OPERATIONAL_KEYS
+    }
+
+
+def _pack(data: bytes) -> tuple[bytes, int]:
+    if len(data) > COMPRESS_OVER:
+        return zlib.compress(data, 3), 1
+    return data, 0
+
+
+def _unpack(data: bytes, codec: int, where: str) -> bytes:
+    if codec == 0:
+        return data
+    if codec == 1:
+        try:
+            return zlib.decompress(data)
+        except zlib.error as exc:
+            raise StoreCorruptError(f"{where}: compressed blob is damaged ({exc})") from exc
+    raise StoreCorruptError(f"{where}: unknown blob codec {codec} (written by a newer rsr_async?)")
+
+
+_Op = tuple[str, Any, "concurrent.futures.Future[Any] | None"]
+_STOP: Final = ("stop", None, None)
+
+
+class Store:
+    """One run database. Open for writing with :meth:`open` (takes the run directory's
+    lock, starts the writer thread) or for reading with :meth:`open_readonly`.
+
+    Opening and closing block (file I/O): call them from a thread in async code
+    (the :class:`~rsr_async.engine.Engine` does).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        readonly: bool,
+        batch_ms: float = 50.0,
+        events_path: Path | None = None,
+    ) -> None:
+        self.path = path
+        self.readonly = readonly
+        self.recovered_running = 0
+        """Jobs found ``running`` at open (left by a crash), reset to ``pending``."""
+        self._batch_s = batch_ms / 1000.0
+        self._events_path = events_path
+        self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._lock_fd: int | None = None
+        self._read_lock = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection
+        self.commits = 0
+        """Transactions committed by the writer (for tests and benchmarks)."""
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(
+        cls,
+        run_dir: str | Path,
+        *,
+        config: Mapping[str, Any] | None = None,
+        force: bool = False,
+        batch_ms: float = 50.0,
+        events: bool = True,
+    ) -> Store:
+        """Open (or create) the store of ``run_dir`` for writing.
+
+        ``config`` (``Config.to_dict()``) is recorded on creation and compared on resume:
+        a difference in :func:`resume_view` raises
+        :class:`~rsr_async.errors.ConfigMismatchError` unless ``force``. Raises
+        :class:`~rsr_async.errors.StoreError` when another process holds the run directory.
+        """
+        run_dir = Path(run_dir)
+        if config is not None:
+            config = json.loads(json.dumps(config))  # tuples become lists, as when read back
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{run_dir}: cannot create the run directory: {exc}") from exc
+        store = cls(
+            run_dir / DB_NAME,
+            readonly=False,
+            batch_ms=batch_ms,
+            events_path=run_dir / EVENTS_NAME if events else None,
+        )
+        store._take_lock(run_dir / LOCK_NAME)
+        try:
+            store._open_write(config, force)
+        except BaseException:
+            store._release()
+            raise
+        return store
+
+    @classmethod
+    def open_readonly(cls, path: str | Path) -> Store:
+        """Open a run database (or the run directory holding one) for queries only."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / DB_NAME
+        if not path.is_file():
+            raise StoreError(f"{path}: no run database here (expected {DB_NAME} in a run directory)")
+        store = cls(path, readonly=True)
+        _check_header(path)
+        try:
+            store._reader = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, check_same_thread=False
+            )
+            _check_ours(store._reader, path, allow_new=False)
+        except sqlite3.DatabaseError as exc:
+            raise StoreCorruptError(_corrupt_message(path, exc)) from exc
+        return store
+
+    def _take_lock(self, lock_path: Path) -> None:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"{lock_path}: cannot open the run lock: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise StoreError(
+                f"{lock_path.parent}: the run directory is in use by pid {holder}; "
+                "wait for it to finish or choose another --run-dir"
+            ) from exc
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _release(self) -> None:
+        for conn in (self._writer, getattr(self, "_reader", None)):
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+        if self._lock_fd is not None:
+            # The lock dies with the process too (flock), so a SIGKILL never wedges a run dir.
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _open_write(self, config: Mapping[str, Any] | None, force: bool) -> None:
+        path = self.path
+        exists = path.exists() and path.stat().st_size > 0
+        if exists:
+            _check_header(path)
+        try:
+            writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._writer = writer
+            writer.execute("PRAGMA busy_timeout = 10000")
+            _check_ours(writer, path, allow_new=True)
+            if exists and path.stat().st_size <= QUICK_CHECK_MAX_BYTES:
+                problems = [r[0] for r in writer.execute("PRAGMA quick_check(5)")]
+                if problems != ["ok"]:
+                    raise StoreCorruptError(
+                        f"{path}: the run database is damaged ({'; '.join(problems)}); it was "
+                        "left untouched: restore it, or move it away to start the run over"
+                    )
+            writer.execute("PRAGMA journal_mode = WAL")
+            writer.execute("PRAGMA synchronous = NORMAL")
+            writer.execute("BEGIN IMMEDIATE")
+            for statement in _DDL.strip().split(";"):
+                if statement.strip():
+                    writer.execute(statement)
+            meta = dict(writer.execute("SELECT key, value FROM meta").fetchall())
+            now = time.time()
+            if not meta:
+                writer.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                writer.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                rows = {
+                    "app": "rsr_async",
+                    "schema_version": str(SCHEMA_VERSION),
+                    "created_at": repr(now),
+                }
+                if config is not None:
+                    rows["config"] = json.dumps(dict(config), sort_keys=True)
+                    rows["config_hash"] = _config_hash(config)
+                writer.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", rows.items())
+            else:
+                self._check_config(writer, meta, config, force, now)
+            # Jobs left running by a crash go back to pending: they run again on resume.
+            cur = writer.execute("UPDATE jobs SET status = 'pending' WHERE status = 'running'")
+            self.recovered_running = cur.rowcount
+            writer.execute("COMMIT")
+            self._reader = sqlite3.connect(path, check_same_thread=False)
+            self._reader.execute("PRAGMA busy_timeout = 10000")
+        except sqlite3.DatabaseError as exc:
+            raise StoreCorruptError(_corrupt_message(path, exc)) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"{path}: cannot open the run database: {exc}") from exc
+        self._thread = threading.Thread(
+            target=self._write_loop, name=f"rsr-store-writer:{path.parent.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _check_config(
+        self,
+        writer: sqlite3.Connection,
+        meta: Mapping[str, str],
+        config: Mapping[str, Any] | None,
+        force: bool,
+        now: float,
+    ) -> None:
+        if meta.get("app") != "rsr_async":
+            raise StoreCorruptError(
+                f"{self.path}: this database was not written by rsr_async (no app marker); "
+                "it was left untouched: choose another --run-dir"
+            )
+        version = int(meta.get("schema_version", "0"))
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: written by a newer rsr_async (schema {version} > "
+                f"{SCHEMA_VERSION}); upgrade rsr_async to resume this run"
+            )
+        if config is None:
+            return
+        stored_text = meta.get("config")
+        if stored_text is not None:
+            stored = resume_view(json.loads(stored_text))
+            current = resume_view(config)
+            changed = [
+                f"{key}: {stored.get(key, '<unset>')!r} -> {current.get(key, '<unset>')!r}"
+                for key in sorted(set(stored) | set(current))
+                if stored.get(key, "<unset>") != current.get(key, "<unset>")
+            ]
+            if changed and not force:
+                more = f" (and {len(changed) - 8} more)" if len(changed) > 8 else ""
+                raise ConfigMismatchError(
+                    f"{self.path.parent}: this run was started with another config; "
+                    f"changed: {'; '.join(changed[:8])}{more}. Rerun with the original "
+                    "config, pass --force to resume with the new one, or use a new --run-dir"
+                )
+            if changed:
+                history = json.loads(meta.get("config_history", "[]"))
+                history.append({"at": now, "config": json.loads(stored_text)})
+                writer.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('config_history', ?)",
+                    (json.dumps(history, sort_keys=True),),
+                )
+        writer.executemany(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            [
+                ("config", json.dumps(dict(config), sort_keys=True)),
+                ("config_hash", _config_hash(config)),
+            ],
+        )
+
+    # ------------------------------------------------------------------ writing
+
+    def _submit(self, kind: str, payload: Any, wait: bool) -> concurrent.futures.Future[Any] | None:
+        if self.readonly:
+            raise StoreError(f"{self.path}: opened read-only")
+        if self._failure is not None:
+            raise StoreError(f"{self.path}: the store writer failed: {self._failure}") from (
+                self._failure
+            )
+        if self._closed:
+            raise StoreError(f"{self.path}: the store is closed")
+        future: concurrent.futures.Future[Any] | None = (
+            concurrent.futures.Future() if wait else None
+        )
+        self._queue.put((kind, payload, future))
+        return future
+
+    def register(
+        self, jobs: Sequence[Job], *, stage: str | None = None, wait: bool = True
+    ) -> concurrent.futures.Future[Any] | None:
+        """Insert ``pending`` rows for jobs not in the store yet (existing rows untouched)."""
+        now = time.time()
+        return self._submit("register", [(job, stage, now) for job in jobs], wait)
+
+    def mark_running(
+        self, key: str, *, wait: bool = False
+    ) -> concurrent.futures.Future[Any] | None:
+        """Status ``running``, one more try, start time now."""
+        return self._submit("running", (key, time.time()), wait)
+
+    def put_result(
+        self, result: EpisodeResult, *, job: Job | None = None, wait: bool = True
+    ) -> concurrent.futures.Future[Any] | None:
+        """Store a job's final (or cancelled) result; the future resolves once committed."""
+        return self._submit("result", (result, job, time.time()), wait)
+
+    def log_event(self, event: Mapping[str, Any]) -> None:
+        """Append one line to the run's ``events.jsonl`` (written after the next commit)."""
+        if self._events_path is not None and not self._closed and self._failure is None:
+            self._queue.put(("event", event, None))
+
+    def call(self, fn: Callable[[sqlite3.Connection], Any]) -> concurrent.futures.Future[Any]:
+        """Run ``fn(connection)`` on the writer thread, inside the next transaction."""
+        future = self._submit("call", fn, True)
+        assert future is not None
+        return future
+
+    def flush(self, timeout: float | None = 60.0) -> None:
+        """Block until everything queued so far is committed."""
+        if self.readonly or self._closed:
+            return
+        future = self._submit("flush", None, True)
+        assert future is not None
+        future.result(timeout)
+
+    def close(self) -> None:
+        """Commit what is queued, stop the writer, close the files and release the lock."""
+        if self._closed:
+            return
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+        self._closed = True
+        self._release()
+
+    def _write_loop(self) -> None:
+        writer = self._writer
+        assert writer is not None
+        events = (
+            open(self._events_path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the thread
+            if self._events_path is not None
+            else None
+        )
+        last_commit = 0.0
+        stop = False
+        try:
+            while not stop:
+                first = self._queue.get()
+                if first[0] in ("result", "running", "register", "event"):
+                    # Group commit: wait out the batch interval so one transaction carries
+                    # everything that arrives meanwhile.
+                    pause = last_commit + self._batch_s - time.monotonic()
+                    if pause > 0:
+                        time.sleep(pause)
+                ops = [first]
+                with contextlib.suppress(queue.Empty):
+                    while len(ops) < 20000:
+                        ops.append(self._queue.get_nowait())
+                stop = any(op[0] == "stop" for op in ops)
+                self._apply(writer, ops, events)
+                last_commit = time.monotonic()
+        except Exception as exc:  # the writer must never die silently: callers wait on it
+            self._failure = exc
+            self._fail_pending(exc)
+        finally:
+            if events is not None:
+                events.close()
+
+    def _apply(
+        self, writer: sqlite3.Connection, ops: list[_Op], events: Any
+    ) -> None:
+        results: list[tuple[concurrent.futures.Future[Any], Any]] = []
+        lines: list[bytes] = []
+        try:
+            writer.execute("BEGIN IMMEDIATE")
+            for kind, payload, future in ops:
+                value: Any = None
+                if kind == "result":
+                    self._write_result(writer, *payload)
+                elif kind == "running":
+                    key, now = payload
+                    writer.execute(
+                        "UPDATE jobs SET status = 'running', tries = tries + 1, started_at = ? "
+                        "WHERE key = ?",
+                        (now, key),
+                    )
+                elif kind == "register":
+                    self._write_register(writer, payload)
+                elif kind == "event":
+                    lines.append(msgspec.json.encode(payload))
+                elif kind == "call":
+                    value = payload(writer)
+                if future is not None:
+                    results.append((future, value))
+            writer.execute("COMMIT")
+            self.commits += 1
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                writer.execute("ROLLBACK")
+            error: StoreError = (
+                StoreCorruptError(_corrupt_message(self.path, exc))
+                if isinstance(exc, sqlite3.DatabaseError)
+                and not isinstance(exc, sqlite3.OperationalError)
+                else StoreError(f"{self.path}: writing the run database failed: {exc}")
+            )
+            error.__cause__ = exc
+            for _, _, future in ops:
+                if future is not None and not future.done():
+                    future.set_exception(error)
+            raise error from exc
+        except Exception as exc:
+            with contextlib.suppress(sqlite3.Error):
+                writer.execute("ROLLBACK")
+            for _, _, future in ops:
+                if future is not None and not future.done():
+                    future.set_exception(exc)
+            raise
+        for future, value in results:
+            if not future.done():  # a waiter that gave up cancelled it; the write still stands
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    future.set_result(value)
+        if events is not None and lines:
+            events.write(b"\n".join(lines).decode() + "\n")
+            events.flush()
+
+    @staticmethod
+    def _write_register(writer: sqlite3.Connection, items: list[tuple[Job, str | None, float]]) -> None:
+        rows = []
+        for job, stage, now in items:
+            key = job.key
+            spec_blob, spec_codec = _pack(encode(job.spec))
+            kind = "model" if isinstance(job.spec, ModelJobSpec) else "episode"
+            rows.append(
+                (
+                    str(key),
+                    stage or key.stage,
+                    key.task,
+                    key.harness,
+                    key.attempt,
+                    key.runbook,
+                    key.execution,
+                    kind,
+                    spec_blob,
+                    spec_codec,
+                    now,
+                )
+            )
+        writer.executemany(
+            "INSERT OR IGNORE INTO jobs (key, stage, task, harness, attempt, runbook, execution,"
+            " kind, status, spec, spec_codec, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            rows,
+        )
+
+    @staticmethod
+    def _write_result(
+        writer: sqlite3.Connection, result: EpisodeResult, job: Job | None, now: float
+    ) -> None:
+        key = result.key
+        blob, codec = _pack(encode(result))
+        spec_blob, spec_codec = _pack(encode(job.spec)) if job is not None else (None, 0)
+        kind = "model" if job is not None and isinstance(job.spec, ModelJobSpec) else "episode"
+        writer.execute(
+            "INSERT INTO jobs (key, stage, task, harness, attempt, runbook, execution, kind,"
+            " status, tries, reward, end_reason, turns, error, spec, spec_codec, result, codec,"
+            " created_at, started_at, finished_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET status = excluded.status,"
+            " reward = excluded.reward, end_reason = excluded.end_reason,"
+            " turns = excluded.turns, error = excluded.error, result = excluded.result,"
+            " codec = excluded.codec, finished_at = excluded.finished_at",
+            (
+                str(key),
+                key.stage,
+                key.task,
+                key.harness,
+                key.attempt,
+                key.runbook,
+                key.execution,
+                kind,
+                result.status,
+                result.reward,
+                result.end_reason,
+                result.turns,
+                result.error,
+                spec_blob,
+                spec_codec,
+                blob,
+                codec,
+                now,
+                result.started_at or None,
+                result.finished_at or now,
+            ),
+        )
+
+    def _fail_pending(self, exc: BaseException) -> None:
+        error = StoreError(f"{self.path}: the store writer failed: {exc}")
+        with contextlib.suppress(queue.Empty):
+            while True:
+                _, _, future = self._queue.get_nowait()
+                if future is not None and not future.done():
+                    future.set_exception(error)
+
+    # ------------------------------------------------------------------ reading
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._read_lock:
+            try:
+                return self._reader.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise StoreError(f"{self.path}: query failed: {exc}") from exc
+                raise StoreCorruptError(_corrupt_message(self.path, exc)) from exc
+
+    def meta(self) -> dict[str, str]:
+        """The meta table (schema version, app, created_at, config JSON ...)."""
+        return dict(self._read("SELECT key, value FROM meta"))
+
+    def config(self) -> dict[str, Any] | None:
+        """The config the run was started (or last forced) with."""
+        text = self.meta().get("config")
+        return None if text is None else dict(json.loads(text))
+
+    def counts(self, *, stage: str | None = None) -> dict[str, int]:
+        """Jobs per status (every status present, zero when none)."""
+        where, params = _where(stage=stage)
+        rows = self._read(f"SELECT status, count(*) FROM jobs{where} GROUP BY status", params)
+        out = dict.fromkeys(STATUSES, 0)
+        out.update({status: n for status, n in rows})
+        return out
+
+    def statuses(self, keys: Iterable[str] | None = None, *, stage: str | None = None) -> dict[str, str]:
+        """``key → status`` for the given keys (those in the store) or for a whole stage."""
+        if keys is None:
+            where, params = _where(stage=stage)
+            return dict(self._read(f"SELECT key, status FROM jobs{where}", params))
+        wanted = list(keys)
+        out: dict[str, str] = {}
+        for i in range(0, len(wanted), 900):  # SQLite's bound-parameter limit
+            chunk = wanted[i : i + 900]
+            marks = ",".join("?" * len(chunk))
+            out.update(self._read(f"SELECT key, status FROM jobs WHERE key IN ({marks})", chunk))
+        return out
+
+    def rows(
+        self,
+        *,
+        stage: str | None = None,
+        status: str | Iterable[str] | None = None,
+        task: str | None = None,
+        harness: str | None = None,
+    ) -> list[JobRow]:
+        """Rows without blobs, ordered by key."""
+        where, params = _where(stage=stage, status=status, task=task, harness=harness)
+        fetched = self._read(f"SELECT {_ROW_COLUMNS} FROM jobs{where} ORDER BY key", params)
+        fields = [f.strip() for f in _ROW_COLUMNS.split(",")]
+        return [msgspec.convert(dict(zip(fields, row, strict=True)), JobRow) for row in fetched]
+
+    def row(self, key: str | JobKey) -> JobRow | None:
+        """One row without blobs."""
+        fields = [f.strip() for f in _ROW_COLUMNS.split(",")]
+        found = self._read(f"SELECT {_ROW_COLUMNS} FROM jobs WHERE key = ?", (str(key),))
+        return msgspec.convert(dict(zip(fields, found[0], strict=True)), JobRow) if found else None
+
+    def get(self, key: str | JobKey) -> EpisodeResult | None:
+        """The stored result of one job (None when it has none yet)."""
+        found = self._read("SELECT result, codec FROM jobs WHERE key = ?", (str(key),))
+        if not found or found[0][0] is None:
+            return None
+        return self._decode_result(str(key), found[0][0], found[0][1])
+
+    def spec(self, key: str | JobKey) -> EpisodeSpec | ModelJobSpec | None:
+        """The stored spec of one job."""
+        found = self._read("SELECT spec, spec_codec, kind FROM jobs WHERE key = ?", (str(key),))
+        if not found or found[0][0] is None:
+            return None
+        blob, codec, kind = found[0]
+        data = _unpack(blob, codec, f"{self.path}: job {key}")
+        if kind == "model":
+            return decode(data, ModelJobSpec)
+        return decode(data, EpisodeSpec)
+
+    def results(
+        self,
+        *,
+        stage: str | None = None,
+        status: str | Iterable[str] | None = None,
+        task: str | None = None,
+        harness: str | None = None,
+        chunk: int = 256,
+    ) -> Iterator[EpisodeResult]:
+        """Stored results, ordered by key, read in chunks (memory stays bounded)."""
+        where, params = _where(stage=stage, status=status, task=task, harness=harness)
+        where = f"{where} AND" if where else " WHERE"
+        last = ""
+        while True:
+            fetched = self._read(
+                f"SELECT key, result, codec FROM jobs{where} key > ? AND result IS NOT NULL"
+                f" ORDER BY key LIMIT {int(chunk)}",
+                [*params, last],
+            )
+            for key, blob, codec in fetched:
+                yield self._decode_result(key, blob, codec)
+            if len(fetched) < chunk:
+                return
+            last = fetched[-1][0]
+
+    def _decode_result(self, key: str, blob: bytes, codec: int) -> EpisodeResult:
+        where = f"{self.path}: job {key}"
+        try:
+            return decode(_unpack(blob, codec, where), EpisodeResult)
+        except msgspec.DecodeError as exc:
+            raise StoreCorruptError(f"{where}: stored result cannot be decoded: {exc}") from exc
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _where(
+    *,
+    stage: str | None = None,
+    status: str | Iterable[str] | None = None,
+    task: str | None = None,
+    harness: str | None = None,
+) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in (("stage", stage), ("task", task), ("harness", harness)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if status is not None:
+        statuses = [status] if isinstance(status, str) else list(status)
+        clauses.append(f"status IN ({','.join('?' * len(statuses))})")
+        params.extend(statuses)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _config_hash(config: Mapping[str, Any]) -> str:
+    text = json.dumps(resume_view(config), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_header(path: Path) -> None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the run database: {exc}") from exc
+    if head != SQLITE_HEADER:
+        raise StoreCorruptError(
+            f"{path}: not an SQLite database (starts with {head[:16]!r}); it was left untouched: "
+            "move it away, or choose another --run-dir"
+        )
+
+
+def _check_ours(conn: sqlite3.Connection, path: Path, *, allow_new: bool) -> None:
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if app_id == APPLICATION_ID:
+        return
+    if app_id == 0 and not tables and allow_new:
+        return
+    if app_id == 0 and {"meta", "jobs"} <= tables:
+        return  # an interrupted creation: the meta check decides
+    raise StoreCorruptError(
+        f"{path}: an SQLite database that rsr_async did not write (application_id "
+        f"{app_id:#x}, tables {sorted(tables)[:5]}); it was left untouched: choose another --run-dir"
+    )
+
+
+def _corrupt_message(path: Path, exc: BaseException) -> str:
+    return (
+        f"{path}: the run database is unreadable ({exc}); it was left untouched: restore it, "
+        "or move it away to start the run over"
+    )
+

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
-from ..llm.base import ChatModel
-from ..sandbox.base import Sandbox
-from ..schema import EndReason, EpisodeSpec, Trajectory, Usage
+from ..schema import EndReason, Trajectory, Usage
+
+if TYPE_CHECKING:  # the llm and sandbox packages pull in HTTP and Docker clients
+    from ..llm.base import ChatModel
+    from ..sandbox.base import Sandbox
+    from ..schema import EpisodeSpec
 
 __all__ = ["Checkpoint", "EpisodeOutcome", "Harness"]
 

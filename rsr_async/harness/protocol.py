@@ -21,13 +21,15 @@ import re
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..errors import HarnessError
-from ..sandbox.base import ShellSession
 from ..schema import Command
+
+if TYPE_CHECKING:  # the sandbox package pulls in the Docker client
+    from ..sandbox.base import ShellSession
 
 __all__ = [
     "Reply",

@@ -12,17 +12,22 @@ one exception is a context handoff, which starts a new context.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import anyio
 
-from ..config import HarnessConfig
 from ..errors import ContextLengthError, LLMServerError, ShellClosedError
-from ..llm.base import ChatMessage, ChatModel, Completion
-from ..sandbox.base import Sandbox, ShellSession
-from ..schema import Command, EndReason, EpisodeSpec, Message, Origin, Role, Trajectory
+from ..schema import Command, EndReason, Message, Origin, Role, Trajectory
 from . import protocol
-from .base import Checkpoint, EpisodeOutcome
+from .base import EpisodeOutcome
 from .protocol import Reply, render
+
+if TYPE_CHECKING:  # the llm and sandbox packages pull in HTTP and Docker clients
+    from ..config import HarnessConfig
+    from ..llm.base import ChatMessage, ChatModel, Completion
+    from ..sandbox.base import Sandbox, ShellSession
+    from ..schema import EpisodeSpec
+    from .base import Checkpoint
 
 __all__ = ["Terminus2"]
 

@@ -17,7 +17,7 @@ import aiohttp
 import anyio
 import msgspec
 
-from ..errors import ContainerError, DockerUnavailableError, SandboxError
+from ..errors import ContainerError, DockerUnavailableError, SandboxError, ShellClosedError
 from .base import ExecResult
 from .shell import DockerShell
 
@@ -125,14 +125,20 @@ class DockerSandbox:
         ]
         environment = {**self._env, **(env or {})}
         started = time.monotonic()
-        with docker_errors(f"{self.name}: exec", url=self._url), anyio.fail_after(self._api_timeout):
-            execution = await self._container.exec(
-                argv,
-                stdin=False,
-                tty=False,
-                environment=environment,
-                workdir=workdir or self._workdir,
-            )
+        try:
+            with docker_errors(f"{self.name}: exec", url=self._url), anyio.fail_after(
+                self._api_timeout
+            ):
+                execution = await self._container.exec(
+                    argv,
+                    stdin=False,
+                    tty=False,
+                    environment=environment,
+                    workdir=workdir or self._workdir,
+                )
+        except ContainerError:
+            await self._check_alive()  # say "OOM-killed" rather than "409 not running"
+            raise
         head = bytearray()
         tail = bytearray()
         dropped = 0
@@ -260,7 +266,11 @@ class DockerSandbox:
         """Another independent bash session in the same container (closed with it)."""
         shell = DockerShell(self._container, name=self.name, api_timeout_s=self._api_timeout)
         self._shells.append(shell)
-        await shell.start(self._tg, env=self._env, workdir=self._workdir)
+        try:
+            await shell.start(self._tg, env=self._env, workdir=self._workdir)
+        except ShellClosedError:
+            await self._check_alive()  # a dead container is a ContainerError, not a shell's
+            raise
         return shell
 
     async def aclose(self) -> None:

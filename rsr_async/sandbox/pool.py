@@ -130,6 +130,8 @@ class LeftoverContainer(msgspec.Struct, frozen=True, kw_only=True):
     run: str
     episode: str
     state: str
+    removable: bool
+    """Safe to remove: the owner is provably gone, or the run was named."""
     removed: bool
 
 
@@ -172,6 +174,7 @@ async def sweep(
                         run=run,
                         episode=labels.get(LABEL_EPISODE, ""),
                         state=str(item._container.get("State", "")),
+                        removable=remove,
                         removed=remove and not dry_run,
                     )
                 )
@@ -280,9 +283,25 @@ class SandboxPool:
                 async with anyio.create_task_group() as tg:
                     for container_id, (host, _) in list(self._containers.items()):
                         tg.start_soon(self._discard, host, container_id)
+                await self._sweep_own()
             finally:
                 await self._close_hosts()
                 self._release_lock()
+
+    async def _sweep_own(self) -> None:
+        """Last resort at exit: anything Docker still lists as this pool's goes."""
+        for host in self._hosts:
+            try:
+                with anyio.fail_after(self.config.api_timeout_s):
+                    found = await host.docker.containers.list(
+                        all=True,
+                        filters={"label": [f"{LABEL_RUN}={self.run_id}", f"{LABEL_OWNER}={self._owner}"]},
+                    )
+            except (aiodocker.DockerError, TimeoutError, OSError):
+                continue  # the daemon is gone; the next start-up sweep will find them
+            for item in found:
+                if await _remove(host.docker, item.id, timeout_s=self.config.api_timeout_s):
+                    self._removed += 1
 
     async def _close_hosts(self) -> None:
         for host in self._hosts:
@@ -418,10 +437,13 @@ class SandboxPool:
         container_id: str | None = None
         host.live += 1
         try:
-            with anyio.fail_after(self.config.api_timeout_s):
+            # Shielded: a create the daemon finishes after we stopped listening would be
+            # a container nobody knows the id of.
+            with anyio.CancelScope(shield=True), anyio.fail_after(self.config.api_timeout_s):
                 created = await host.docker.containers.create(config)
                 container_id = str(created.id)
                 self._containers[container_id] = (host, key)
+            with anyio.fail_after(self.config.api_timeout_s):
                 await created.start()
         except BaseException as exc:
             self._start_failures += 1

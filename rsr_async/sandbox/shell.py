@@ -170,7 +170,9 @@ class DockerShell:
         # From an idle prompt each Enter gives exactly one prompt back, so wait() can
         # return the moment the last one arrives. Typed ahead into a running program,
         # nobody knows how many prompts will come: wait() needs a quiet period then.
-        self._expected = enter_count(data) if self._at_prompt() else None
+        # Keys with no Enter run nothing: only a prompt arriving later ends the wait.
+        enters = enter_count(data)
+        self._expected = enters if self._at_prompt() and (enters or not data) else None
         self._prompts_at_send = self._buffer.prompts
         if not data:
             return

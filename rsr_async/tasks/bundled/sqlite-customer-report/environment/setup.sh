@@ -1,0 +1,4 @@
+#!/bin/bash
+set -euo pipefail
+sqlite3 /app/shop.db < /app/seed.sql
+rm /app/seed.sql

@@ -57,6 +57,7 @@ class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
 
     running: bool
     oom_killed: bool
+    """Docker's flag, or the cgroup's OOM-kill counter above zero (a process inside)."""
     exit_code: int | None
     status: str
 
@@ -78,8 +79,11 @@ class DockerSandbox:
         api_timeout_s: float,
         env: dict[str, str],
         workdir: str | None,
+        memory_mb: int = 0,
     ) -> None:
         self._container = container
+        self._memory_mb = memory_mb
+        self._oom_seen = 0
         self._task = task_name
         self._key = key
         self._url = url
@@ -114,27 +118,42 @@ class DockerSandbox:
         cannot kill an exec); exit 124/137 after the limit is reported as ``timed_out``.
         """
         limit = max(time_limit, 0.001)
-        argv = [
-            "timeout",
-            "-k",
-            str(_KILL_GRACE_S),
-            f"{limit:.3f}",
-            "bash",
-            "-c",
-            command,
-        ]
-        environment = {**self._env, **(env or {})}
+        argv = ["timeout", "-k", str(_KILL_GRACE_S), f"{limit:.3f}", "bash", "-c", command]
         started = time.monotonic()
+        # Our own deadline backs up `timeout`: a background child holding stdout open
+        # keeps the stream alive after the command itself is gone.
+        exit_code, output = await self._exec(
+            argv,
+            env={**self._env, **(env or {})},
+            workdir=workdir or self._workdir,
+            deadline_s=limit + _KILL_GRACE_S + 10,
+        )
+        elapsed = time.monotonic() - started
+        if exit_code is None:
+            await self._check_alive()
+            return ExecResult(exit_code=124, output=output, timed_out=True)
+        timed_out = exit_code in (124, 137) and elapsed >= limit * 0.99
+        if exit_code == 137 and not timed_out:
+            await self._check_alive()
+            kills = await self._oom_kills()
+            if kills > self._oom_seen:
+                self._oom_seen = kills
+                raise ContainerError(
+                    f"{self.name}: `{command[:80]}` was OOM-killed (memory limit "
+                    f"{self._memory_mb} MiB reached); raise the task's memory_mb"
+                )
+        return ExecResult(exit_code=exit_code, output=output, timed_out=timed_out)
+
+    async def _exec(
+        self, argv: list[str], *, env: dict[str, str], workdir: str | None, deadline_s: float
+    ) -> tuple[int | None, str]:
+        """One exec to its end: (exit code or None when cut off, merged output)."""
         try:
             with docker_errors(f"{self.name}: exec", url=self._url), anyio.fail_after(
                 self._api_timeout
             ):
                 execution = await self._container.exec(
-                    argv,
-                    stdin=False,
-                    tty=False,
-                    environment=environment,
-                    workdir=workdir or self._workdir,
+                    argv, stdin=False, tty=False, environment=env, workdir=workdir
                 )
         except ContainerError:
             await self._check_alive()  # say "OOM-killed" rather than "409 not running"
@@ -145,9 +164,7 @@ class DockerSandbox:
         ended = False
         stream = execution.start(detach=False)
         try:
-            # Our own deadline backs up `timeout`: a background child holding stdout
-            # open keeps the stream alive after the command itself is gone.
-            with anyio.move_on_after(limit + _KILL_GRACE_S + 10), docker_errors(
+            with anyio.move_on_after(deadline_s), docker_errors(
                 f"{self.name}: exec stream", url=self._url
             ):
                 while True:
@@ -176,15 +193,27 @@ class DockerSandbox:
         if dropped:
             output += f"\n[... {dropped} bytes of output not kept ...]\n"
         output += tail.decode("utf-8", errors="replace")
-        elapsed = time.monotonic() - started
         exit_code = await self._exit_code(execution) if ended else None
-        if exit_code is None:
-            await self._check_alive()
-            return ExecResult(exit_code=124, output=output, timed_out=True)
-        if exit_code == 137:
-            await self._check_alive()
-        timed_out = exit_code in (124, 137) and elapsed >= limit * 0.99
-        return ExecResult(exit_code=exit_code, output=output, timed_out=timed_out)
+        return exit_code, output
+
+    async def _oom_kills(self) -> int:
+        """The container cgroup's OOM-kill counter (cgroup v1 or v2); 0 when unreadable.
+
+        Docker's ``State.OOMKilled`` only covers the container's main process on some
+        daemons, so a killed command inside is found here.
+        """
+        code, output = await self._exec(
+            ["cat", "/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"],
+            env={},
+            workdir=None,
+            deadline_s=10,
+        )
+        del code  # one of the two files is missing on any host
+        for line in output.splitlines():
+            name, _, value = line.partition(" ")
+            if name == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return 0
 
     async def _exit_code(self, execution: Any) -> int | None:
         # The exit code lands shortly after the stream's end; poll briefly for it.
@@ -205,9 +234,11 @@ class DockerSandbox:
         ):
             info = await self._container.show()
         state = info.get("State", {})
+        running = bool(state.get("Running"))
+        oom = bool(state.get("OOMKilled")) or (running and await self._oom_kills() > 0)
         return ContainerState(
-            running=bool(state.get("Running")),
-            oom_killed=bool(state.get("OOMKilled")),
+            running=running,
+            oom_killed=oom,
             exit_code=state.get("ExitCode"),
             status=str(state.get("Status", "")),
         )
@@ -238,6 +269,22 @@ class DockerSandbox:
         ):
             # Docker creates missing parent directories while extracting at "/".
             await self._container.put_archive("/", data)  # type: ignore[no-untyped-call]
+
+    async def write_file(self, remote: str, data: bytes | str, *, mode: int = 0o644) -> None:
+        """Create ``remote`` (and its parent directories) holding ``data``."""
+        payload = data.encode() if isinstance(data, str) else data
+        remote = posixpath.normpath(remote if remote.startswith("/") else "/" + remote)
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            info = tarfile.TarInfo(remote.lstrip("/"))
+            info.size = len(payload)
+            info.mode = mode
+            info.mtime = int(time.time())
+            archive.addfile(info, io.BytesIO(payload))
+        with docker_errors(f"{self.name}: write {remote}", url=self._url), anyio.fail_after(
+            self._api_timeout
+        ):
+            await self._container.put_archive("/", buffer.getvalue())  # type: ignore[no-untyped-call]
 
     async def download(self, remote: str, local: Path) -> None:
         """Copy ``remote`` (file or directory) to ``local``; FileNotFoundError if absent."""

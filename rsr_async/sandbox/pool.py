@@ -506,6 +506,7 @@ class SandboxPool:
                     api_timeout_s=self.config.api_timeout_s,
                     env=dict(task.env),
                     workdir=task.workdir,
+                    memory_mb=task.memory_mb or self.config.default_memory_mb,
                 )
                 try:
                     yield sandbox

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import aiodocker
 import aiohttp
 import anyio
+import anyio.lowlevel
 
 from ..errors import ShellClosedError
 from .terminal import (
@@ -201,6 +202,7 @@ class DockerShell:
         Done means bash printed its prompt after the last keystrokes and nothing after
         it: at once when every Enter sent got its prompt, else after ``quiet_s`` of quiet.
         """
+        await anyio.lowlevel.checkpoint()  # a cancel point even when already done
         deadline = time.monotonic() + max_s
         while True:
             if not self._alive or self._done():

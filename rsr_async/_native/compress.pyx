@@ -1,0 +1,302 @@
+# cython: language_level=3
+"""Trajectory compression, compiled. Twin: ``compress_py.py`` (same answers; rules there).
+
+Each observation is read once through the PEP 393 API: ``memchr`` finds escape
+characters in one-byte strings, the text between them is copied in blocks, and an
+unchanged observation is returned as the same object (no copy). UTF-8 byte counts come
+from the code points, so nothing is encoded.
+"""
+
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
+from libc.string cimport memchr, memcpy
+
+import msgspec
+
+from rsr_async._native.records import CompressionReport
+from rsr_async.schema import Command, Message, Trajectory
+
+__all__ = ["CompressionReport", "clean_observation", "compress_trajectory"]
+
+cdef extern from "Python.h":
+    Py_UCS4 PyUnicode_READ(int kind, const void* data, Py_ssize_t index) nogil
+    object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
+    int PyUnicode_IS_ASCII(object text)
+
+cdef str SAME_MARKER = "[same output as the previous observation]"
+cdef object _replace = msgspec.structs.replace
+
+
+cdef inline Py_ssize_t _find_esc(int kind, const void* data, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    cdef const void* hit
+    if kind == 1:
+        if i >= n:
+            return n
+        hit = memchr(<const char*>data + i, 27, n - i)
+        return n if hit == NULL else <const char*>hit - <const char*>data
+    while i < n and PyUnicode_READ(kind, data, i) != 27:
+        i += 1
+    return i
+
+
+cdef inline Py_ssize_t _skip_escape(int kind, const void* data, Py_ssize_t n, Py_ssize_t j) noexcept nogil:
+    """Index just past the escape sequence starting with the ESC at ``j``."""
+    cdef Py_ssize_t k = j + 1
+    cdef Py_UCS4 c
+    if k >= n:
+        return n
+    c = PyUnicode_READ(kind, data, k)
+    if c == 91:  # '[': CSI
+        k += 1
+        while k < n and 0x30 <= PyUnicode_READ(kind, data, k) <= 0x3F:
+            k += 1
+        while k < n and 0x20 <= PyUnicode_READ(kind, data, k) <= 0x2F:
+            k += 1
+        if k < n and 0x40 <= PyUnicode_READ(kind, data, k) <= 0x7E:
+            k += 1
+        return k
+    if c == 93 or c == 80 or c == 88 or c == 94 or c == 95:  # ] P X ^ _: string up to BEL or ST
+        k += 1
+        while k < n:
+            c = PyUnicode_READ(kind, data, k)
+            if c == 7:
+                return k + 1
+            if c == 27 and k + 1 < n and PyUnicode_READ(kind, data, k + 1) == 92:
+                return k + 2
+            k += 1
+        return n
+    if 0x20 <= c <= 0x2F:
+        k += 1
+        while k < n and 0x20 <= PyUnicode_READ(kind, data, k) <= 0x2F:
+            k += 1
+        if k < n and 0x30 <= PyUnicode_READ(kind, data, k) <= 0x7E:
+            k += 1
+        return k
+    if 0x30 <= c <= 0x7E:
+        return k + 1
+    return k
+
+
+cdef inline Py_ssize_t _char_bytes(Py_UCS4 c) noexcept nogil:
+    if c < 0x80:
+        return 1
+    if c < 0x800:
+        return 2
+    if c < 0x10000:
+        return 3  # surrogates too, as "surrogatepass" writes them
+    return 4
+
+
+cdef inline Py_ssize_t _utf8_span(int kind, const void* data, Py_ssize_t s, Py_ssize_t e) noexcept nogil:
+    cdef Py_ssize_t i, total = 0
+    for i in range(s, e):
+        total += _char_bytes(PyUnicode_READ(kind, data, i))
+    return total
+
+
+cdef inline Py_ssize_t _utf8_len(str text):
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
+    if PyUnicode_IS_ASCII(text):
+        return n
+    return _utf8_span(PyUnicode_KIND(text), PyUnicode_DATA(text), 0, n)
+
+
+cdef str _clean(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_t* escapes, bint* cut):
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
+    cdef int kind = PyUnicode_KIND(text)
+    cdef const void* data = PyUnicode_DATA(text)
+    cdef bint ascii = PyUnicode_IS_ASCII(text)
+    cdef Py_ssize_t i = 0, j, o = n, total, budget, hc, hb, tc, tb, w
+    cdef char* buf = NULL
+    cdef const void* src = data
+    j = _find_esc(kind, data, n, 0) if strip_ansi else n
+    if j < n:
+        buf = <char*>PyMem_Malloc(n * kind)
+        if buf == NULL:
+            raise MemoryError()
+        o = 0
+        with nogil:
+            while True:
+                memcpy(buf + o * kind, <const char*>data + i * kind, (j - i) * kind)
+                o += j - i
+                if j >= n:
+                    break
+                i = _skip_escape(kind, data, n, j)
+                escapes[0] += 1
+                j = _find_esc(kind, data, n, i)
+        src = buf
+    try:
+        if max_bytes > 0 and o * 4 > max_bytes:
+            total = o if ascii else _utf8_span(kind, src, 0, o)
+            if total > max_bytes:
+                budget = max_bytes // 2
+                if ascii:
+                    hc = hb = budget
+                    tc = tb = max_bytes - budget
+                else:
+                    hc = hb = 0
+                    while hc < o:
+                        w = _char_bytes(PyUnicode_READ(kind, src, hc))
+                        if hb + w > budget:
+                            break
+                        hb += w
+                        hc += 1
+                    budget = max_bytes - budget
+                    tc = tb = 0
+                    while tc < o:
+                        w = _char_bytes(PyUnicode_READ(kind, src, o - 1 - tc))
+                        if tb + w > budget:
+                            break
+                        tb += w
+                        tc += 1
+                cut[0] = True
+                return (
+                    PyUnicode_FromKindAndData(kind, src, hc)
+                    + f"\n[... {total - hb - tb} bytes omitted ...]\n"
+                    + PyUnicode_FromKindAndData(kind, <const char*>src + (o - tc) * kind, tc)
+                )
+        if buf == NULL:
+            return text
+        return PyUnicode_FromKindAndData(kind, buf, o)
+    finally:
+        PyMem_Free(buf)
+
+
+cdef Py_ssize_t _check(object max_observation_bytes, object strip_ansi, str fname) except? -1:
+    if not isinstance(max_observation_bytes, int) or isinstance(max_observation_bytes, bool):
+        raise TypeError(
+            f"{fname}: max_observation_bytes must be an int, "
+            f"got {type(max_observation_bytes).__name__}"
+        )
+    if not isinstance(strip_ansi, bool):
+        raise TypeError(f"{fname}: strip_ansi must be a bool, got {type(strip_ansi).__name__}")
+    return max_observation_bytes
+
+
+def clean_observation(text, *, max_bytes=4096, strip_ansi=True):
+    """One observation as ``compress_trajectory`` keeps it: escapes removed, middle cut."""
+    if not isinstance(text, str):
+        raise TypeError(f"clean_observation: expected str, got {type(text).__name__}")
+    cdef Py_ssize_t limit = _check(max_bytes, strip_ansi, "clean_observation")
+    cdef Py_ssize_t escapes = 0
+    cdef bint cut = False
+    return _clean(<str>text, limit, strip_ansi, &escapes, &cut)
+
+
+cdef bint _is_statem(object command, Py_ssize_t index) except -1:
+    keystrokes = getattr(command, "keystrokes", None)
+    if not isinstance(command, Command) or not isinstance(keystrokes, str):
+        raise TypeError(
+            f"compress_trajectory: messages[{index}].commands holds {command!r}, "
+            "not a Command with str keystrokes"
+        )
+    cdef list words = (<str>keystrokes).split(None, 1)
+    return len(words) > 0 and words[0] == "statem"
+
+
+def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=True,
+                        collapse_repeats=True):
+    """The trajectory without harness control text, with observations cleaned and cut."""
+    if not isinstance(trajectory, Trajectory):
+        raise TypeError(
+            f"compress_trajectory: expected a Trajectory, got {type(trajectory).__name__}"
+        )
+    cdef Py_ssize_t limit = _check(max_observation_bytes, strip_ansi, "compress_trajectory")
+    if not isinstance(collapse_repeats, bool):
+        raise TypeError(
+            "compress_trajectory: collapse_repeats must be a bool, "
+            f"got {type(collapse_repeats).__name__}"
+        )
+    cdef bint strip = strip_ansi, collapse = collapse_repeats
+    cdef list messages = trajectory.messages
+    cdef list kept = []
+    cdef list dropped = []
+    cdef Py_ssize_t harness = 0, private = 0, statem = 0, statem_commands = 0
+    cdef Py_ssize_t collapsed = 0, truncated = 0, escapes = 0, bytes_in = 0, bytes_out = 0
+    cdef Py_ssize_t index, n_plain, n_commands
+    cdef bint skipping = False, previous_kept_is_it = False, cut
+    cdef object message, out, previous = None, commands, plain
+    cdef str content, origin, text
+    for index in range(len(messages)):
+        message = messages[index]
+        if not isinstance(message, Message):
+            raise TypeError(
+                f"compress_trajectory: messages[{index}] is a {type(message).__name__}, "
+                "not a Message"
+            )
+        if not isinstance(message.content, str) or not isinstance(message.origin, str):
+            raise TypeError(
+                f"compress_trajectory: messages[{index}] has a "
+                f"{type(message.content).__name__} content and a "
+                f"{type(message.origin).__name__} origin; both must be str"
+            )
+        content = message.content
+        origin = message.origin
+        bytes_in += _utf8_len(content)
+        out = message
+        if origin == "harness":
+            harness += 1
+            out = None
+        elif origin == "private":
+            private += 1
+            out = None
+        elif origin == "model":
+            commands = message.commands
+            n_commands = len(commands)
+            plain = tuple([c for c in commands if not _is_statem(c, index)])
+            n_plain = len(plain)
+            if n_commands and not n_plain:
+                statem += 1
+                skipping = True
+                out = None
+            else:
+                skipping = False
+                if n_plain != n_commands:
+                    statem_commands += n_commands - n_plain
+                    out = _replace(message, commands=plain)
+        elif origin == "env":
+            if skipping:
+                statem += 1
+                out = None
+            else:
+                cut = False
+                text = _clean(content, limit, strip, &escapes, &cut)
+                truncated += cut
+                if collapse and len(text) and previous is not None and text == previous:
+                    collapsed += 1
+                    if previous_kept_is_it:
+                        out = None
+                    else:
+                        out = _replace(message, content=SAME_MARKER)
+                else:
+                    previous = text
+                    if text is not content:
+                        out = _replace(message, content=text)
+        elif origin == "task" and strip:
+            text = _clean(content, 0, True, &escapes, &cut)
+            if text is not content:
+                out = _replace(message, content=text)
+        if out is None:
+            dropped.append(index)
+            continue
+        previous_kept_is_it = origin == "env"
+        bytes_out += _utf8_len(out.content)
+        kept.append(out)
+    result = Trajectory(
+        task=trajectory.task, harness=trajectory.harness, model=trajectory.model, messages=kept
+    )
+    report = CompressionReport(
+        messages_in=len(messages),
+        messages_out=len(kept),
+        dropped_harness=harness,
+        dropped_private=private,
+        dropped_statem=statem,
+        statem_commands=statem_commands,
+        collapsed=collapsed,
+        truncated=truncated,
+        ansi_sequences=escapes,
+        bytes_in=bytes_in,
+        bytes_out=bytes_out,
+        dropped=tuple(dropped),
+    )
+    return result, report

@@ -149,15 +149,20 @@ class DockerSandbox:
     ) -> tuple[int | None, str]:
         """One exec to its end: (exit code or None when cut off, merged output)."""
         try:
-            with docker_errors(f"{self.name}: exec", url=self._url), anyio.fail_after(
-                self._api_timeout
-            ):
-                execution = await self._container.exec(
-                    argv, stdin=False, tty=False, environment=env, workdir=workdir
-                )
+            return await self._exec_once(argv, env=env, workdir=workdir, deadline_s=deadline_s)
         except ContainerError:
             await self._check_alive()  # say "OOM-killed" rather than "409 not running"
             raise
+
+    async def _exec_once(
+        self, argv: list[str], *, env: dict[str, str], workdir: str | None, deadline_s: float
+    ) -> tuple[int | None, str]:
+        with docker_errors(f"{self.name}: exec", url=self._url), anyio.fail_after(
+            self._api_timeout
+        ):
+            execution = await self._container.exec(
+                argv, stdin=False, tty=False, environment=env, workdir=workdir
+            )
         head = bytearray()
         tail = bytearray()
         dropped = 0
@@ -202,13 +207,15 @@ class DockerSandbox:
         Docker's ``State.OOMKilled`` only covers the container's main process on some
         daemons, so a killed command inside is found here.
         """
-        code, output = await self._exec(
-            ["cat", "/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"],
-            env={},
-            workdir=None,
-            deadline_s=10,
-        )
-        del code  # one of the two files is missing on any host
+        try:
+            _, output = await self._exec_once(
+                ["cat", "/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"],
+                env={},
+                workdir=None,
+                deadline_s=10,
+            )  # one of the two files is missing on any host: the exit code says nothing
+        except ContainerError:
+            return 0  # stopped meanwhile: Docker's own flag is all there is
         for line in output.splitlines():
             name, _, value = line.partition(" ")
             if name == "oom_kill" and value.strip().isdigit():

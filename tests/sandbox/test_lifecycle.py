@@ -154,8 +154,10 @@ async def test_a_dead_container_is_an_infra_error(pool: SandboxPool) -> None:
         shell = await sandbox.shell()
         await sandbox.run("kill -9 $(pgrep -x sleep)", time_limit=10)
         with anyio.fail_after(10):
-            while shell.alive:  # the stream ends when the container does
-                await anyio.sleep(0.05)
+            await shell._reader_done.wait()  # the stream ends when the container does
+            while (await sandbox.state()).running:  # Docker notices a moment later
+                await shell.wait(0.05)
+        assert not shell.alive
         with pytest.raises(ContainerError, match="container stopped"):
             await sandbox.run("echo hi", time_limit=10)
         with pytest.raises(ContainerError, match="container stopped"):
@@ -238,19 +240,15 @@ async def test_gc_command_and_the_same_run_resumed(tmp_path: Path) -> None:
     orphan = await anyio.to_thread.run_sync(_leave_a_container, run_id, None)
     labels_owner_dead = await containers_of(run_id)
     assert labels_owner_dead == [orphan]
-    out = subprocess.run(
-        [sys.executable, "-m", "rsr_async", "sandbox", "gc", "--dry-run"],
-        env=run_cli_env(), capture_output=True, text=True, timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    line = next(line for line in out.stdout.splitlines() if line.startswith(orphan[:12]))
+    with anyio.fail_after(60):
+        out = await anyio.run_process(
+            [sys.executable, "-m", "rsr_async", "sandbox", "gc", "--dry-run"], env=run_cli_env()
+        )
+    line = next(line for line in out.stdout.decode().splitlines() if line.startswith(orphan[:12]))
     assert "would remove" in line
     assert await containers_of(run_id) == [orphan]
-    out = subprocess.run(
-        [sys.executable, "-m", "rsr_async", "sandbox", "gc"],
-        env=run_cli_env(), capture_output=True, text=True, timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
+    with anyio.fail_after(60):
+        await anyio.run_process([sys.executable, "-m", "rsr_async", "sandbox", "gc"], env=run_cli_env())
     assert await containers_of(run_id) == []
     # Resuming a run removes its earlier process's leftovers at start-up.
     again = await anyio.to_thread.run_sync(_leave_a_container, run_id, None)

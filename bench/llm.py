@@ -1,0 +1,189 @@
+"""LLM client benchmark: requests/s of our client vs raw aiohttp, and cache share by routing.
+
+Throughput: one simulator in its own process (so client and server do not share a loop),
+a fixed ~10 ms per request (reply tokens x decode time), then at each concurrency the
+client (``SGLangClient``: httpx API over our aiohttp transport, native ``/generate`` with
+the client-side chat template) and a raw aiohttp client post the same request for the
+same duration, interleaved. ``ratio = client_rps / raw_rps``. Also reported: client-side
+CPU time per request (the honest overhead figure when the server is the bottleneck).
+
+Cache: 4 simulators (subprocesses), 200 multi-turn episodes through ``ModelRouter`` with
+sticky routing, then round-robin on fresh caches; the share of prompt tokens served from
+cache on turns after each episode's first.
+
+The replies come from the scripted stand-in model (a test double): these numbers measure
+the engine's plumbing, never a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import _common
+import aiohttp
+import anyio
+import orjson
+
+from rsr_async.config import LLMConfig, SimConfig
+from rsr_async.llm.base import ChatMessage
+from rsr_async.llm.client import SGLangClient
+from rsr_async.llm.prompt import render_chatml
+from rsr_async.llm.router import ModelRouter
+from rsr_async.llm.sim import spawn_sim_servers
+
+PROMPT: list[ChatMessage] = [
+    {"role": "system", "content": "You are a terminal agent."},
+    {"role": "user", "content": "Task Description: benchmark request. List the files.\n$ "},
+]
+
+
+async def _drive(concurrency: int, duration_s: float, call: Any) -> tuple[float, float, int]:
+    """(requests/s, client CPU µs per request, errors) for ``concurrency`` workers."""
+    done = 0
+    errors = 0
+    stop_at = 0.0
+
+    async def worker() -> None:
+        nonlocal done, errors
+        while time.perf_counter() < stop_at:
+            try:
+                await call()
+                done += 1
+            except Exception:
+                errors += 1
+
+    # Warm the connection pool first so connects are not counted.
+    async with anyio.create_task_group() as tg:
+        stop_at = time.perf_counter() + 0.3
+        for _ in range(concurrency):
+            tg.start_soon(worker)
+    done = errors = 0
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    stop_at = t0 + duration_s
+    async with anyio.create_task_group() as tg:
+        for _ in range(concurrency):
+            tg.start_soon(worker)
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    return done / elapsed, cpu / max(done, 1) * 1e6, errors
+
+
+async def _throughput(url: str, levels: list[int], duration_s: float, rounds: int) -> dict[str, Any]:
+    config = LLMConfig(max_new_tokens=512, max_retries=0)
+    results: dict[str, Any] = {}
+    body_params = {"max_new_tokens": 512}
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
+    async with SGLangClient(url, config) as client, aiohttp.ClientSession(connector=connector) as raw:
+        async def via_client() -> None:
+            completion = await client.chat(PROMPT)
+            assert completion.text
+
+        async def via_raw() -> None:
+            payload = {"text": render_chatml(PROMPT), "sampling_params": body_params}
+            async with raw.post(url + "/generate", data=orjson.dumps(payload),
+                                headers={"content-type": "application/json"}) as response:
+                data = orjson.loads(await response.read())
+            assert data["text"]
+
+        for level in levels:
+            samples: dict[str, list[tuple[float, float, int]]] = {"client": [], "raw": []}
+            for i in range(rounds):
+                order = [("client", via_client), ("raw", via_raw)]
+                for name, call in order if i % 2 == 0 else reversed(order):
+                    samples[name].append(await _drive(level, duration_s, call))
+            client_rps = statistics.median(s[0] for s in samples["client"])
+            raw_rps = statistics.median(s[0] for s in samples["raw"])
+            results[str(level)] = {
+                "client_rps": round(client_rps, 1),
+                "raw_rps": round(raw_rps, 1),
+                "ratio": round(client_rps / raw_rps, 3) if raw_rps else 0.0,
+                "client_cpu_us_per_req": round(statistics.median(s[1] for s in samples["client"])),
+                "raw_cpu_us_per_req": round(statistics.median(s[1] for s in samples["raw"])),
+                "errors": sum(s[2] for v in samples.values() for s in v),
+                "samples_client_rps": [round(s[0], 1) for s in samples["client"]],
+                "samples_raw_rps": [round(s[0], 1) for s in samples["raw"]],
+            }
+    return results
+
+
+async def run_episodes(model: ModelRouter, episodes: int, turns: int, concurrency: int) -> tuple[int, int]:
+    """(prompt tokens, cached tokens) over every turn after each episode's first."""
+    prompt = cached = 0
+    limiter = anyio.CapacityLimiter(concurrency)
+
+    async def episode(i: int) -> None:
+        nonlocal prompt, cached
+        async with limiter:
+            messages: list[ChatMessage] = [
+                {"role": "system", "content": "You are a terminal agent. " * 20},
+                {"role": "user", "content": f"Task Description: episode {i}: " + "make it work. " * 40},
+            ]
+            for turn in range(turns):
+                completion = await model.chat(messages, affinity=f"episode-{i}", max_tokens=256)
+                if turn > 0:
+                    prompt += completion.usage.prompt_tokens
+                    cached += completion.usage.cached_tokens
+                messages = [*messages, {"role": "assistant", "content": completion.text},
+                            {"role": "user", "content": f"New Terminal Output:\nline {turn}\n" * 8}]
+
+    async with anyio.create_task_group() as tg:
+        for i in range(episodes):
+            tg.start_soon(episode, i)
+    return prompt, cached
+
+
+async def _cache_share(episodes: int, turns: int) -> dict[str, Any]:
+    sim = SimConfig(prefill_us_per_token=0.0, decode_us_per_token=0.0)
+    out: dict[str, Any] = {}
+    for routing in ("sticky", "round_robin"):
+        async with spawn_sim_servers(sim, count=4) as urls:
+            async with ModelRouter(LLMConfig(routing=routing), urls=urls) as model:
+                prompt, cached = await run_episodes(model, episodes, turns, 61)
+        out[f"{routing}_cached_share"] = round(cached / prompt, 4) if prompt else 0.0
+    return out
+
+
+async def _main(args: Any) -> dict[str, Any]:
+    # ~10 ms per request: the explore reply is ~134 tokens at 75 µs each.
+    sim = SimConfig(prefill_us_per_token=0.0, decode_us_per_token=75.0, max_running_requests=4096)
+    levels = [int(x) for x in args.levels.split(",")]
+    async with spawn_sim_servers(sim, count=1) as urls:
+        throughput = await _throughput(urls[0], levels, args.duration, args.rounds)
+    cache = await _cache_share(args.episodes, args.turns)
+    top = throughput[str(max(levels))]
+    return {
+        "benchmark": "llm",
+        "note": "scripted stand-in model (test double) behind the simulator; plumbing only",
+        "client": "httpx.AsyncClient over rsr_async.llm.transport.AiohttpTransport",
+        "client_rps": top["client_rps"],
+        "raw_rps": top["raw_rps"],
+        "ratio": top["ratio"],
+        "floor_ratio_at_512": 0.8,
+        "by_concurrency": throughput,
+        **cache,
+        "episodes": args.episodes,
+        "turns": args.turns,
+    }
+
+
+def main(argv: list[str]) -> int:
+    p = _common.parser(__doc__.splitlines()[0])
+    p.add_argument("--levels", default="64,512", help="concurrency levels")
+    p.add_argument("--duration", type=float, default=3.0, help="seconds per sample")
+    p.add_argument("--rounds", type=int, default=3, help="samples per client per level")
+    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--turns", type=int, default=6)
+    args = p.parse_args(argv)
+    try:
+        import uvloop
+
+        result = uvloop.run(_main(args))
+    except ImportError:
+        result = asyncio.run(_main(args))
+    _common.emit(result, args.json)
+    return 0
+
+

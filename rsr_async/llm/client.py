@@ -1,0 +1,532 @@
+"""One SGLang server over HTTP: native ``/generate`` and OpenAI ``/v1/chat/completions``.
+
+:class:`SGLangClient` speaks both APIs, maps every library error to
+:mod:`rsr_async.errors` at this boundary, and retries what may succeed on a second try
+(connection errors, timeouts, 5xx, 429, an error inside a 200 stream) with jittered
+exponential backoff, never other 4xx. A prompt that does not fit the context window is
+raised as :class:`~rsr_async.errors.ContextLengthError` so a harness can summarise.
+
+A cancelled call closes its connection (SGLang aborts a request whose connection
+closes) and, in native mode, also posts ``/abort_request`` with the call's ``rid``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+import anyio
+import httpx
+import msgspec
+import yarl
+
+from ..config import LLMConfig
+from ..errors import (
+    ContextLengthError,
+    LLMConnectionError,
+    LLMError,
+    LLMRequestError,
+    LLMServerError,
+    LLMTimeoutError,
+    NoHealthyServerError,
+)
+from ..schema import Usage
+from .base import ChatMessage, Completion
+from .prompt import ChatTemplate
+from .transport import AiohttpTransport
+
+__all__ = ["GenerateResult", "SGLangClient", "make_http_client", "with_retries"]
+
+T = TypeVar("T")
+FinishReason = Literal["stop", "length", "abort"]
+RETRYABLE = (LLMConnectionError, LLMTimeoutError, LLMServerError, NoHealthyServerError)
+_CONTEXT_ERROR = re.compile(
+    r"context length|context window|maximum context|longer than the model|"
+    r"exceeds the maximum|input length|too many tokens",
+    re.IGNORECASE,
+)
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.decode
+
+
+class GenerateResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``/generate`` returned."""
+
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    output_ids: tuple[int, ...] | None = None
+    rid: str = ""
+
+
+def _timeout(config: LLMConfig) -> httpx.Timeout:
+    return httpx.Timeout(
+        connect=config.connect_timeout_s, read=config.read_timeout_s,
+        write=config.read_timeout_s, pool=config.connect_timeout_s,
+    )
+
+
+def make_http_client(
+    config: LLMConfig, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` on the aiohttp transport with the config's timeouts."""
+    return httpx.AsyncClient(
+        transport=transport or AiohttpTransport(), timeout=_timeout(config), trust_env=False
+    )
+
+
+async def with_retries(
+    attempt: Callable[[int, float], Awaitable[T]],
+    config: LLMConfig,
+    *,
+    what: str,
+    on_failure: Callable[[LLMError], None] | None = None,
+) -> T:
+    """Run ``attempt(n, deadline)`` until it succeeds, retrying retryable errors.
+
+    ``deadline`` (``time.monotonic()`` clock) is ``config.total_timeout_s`` from now and
+    covers every attempt and backoff; each attempt must respect it (the client hands it
+    to the transport as a total timeout, which costs less per call than a cancel scope).
+    """
+    deadline = time.monotonic() + config.total_timeout_s
+    for n in range(config.max_retries + 1):
+        try:
+            return await attempt(n, deadline)
+        except RETRYABLE as exc:
+            if on_failure is not None:
+                on_failure(exc)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LLMTimeoutError(
+                    f"{what}: no reply within llm.total_timeout_s={config.total_timeout_s} "
+                    f"(retries included; last error: {exc}); raise it or check the server"
+                ) from exc
+            if n >= config.max_retries:
+                raise
+            delay = min(30.0, config.backoff_s * 2**n) * random.uniform(0.5, 1.5)
+            await anyio.sleep(min(delay, left))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _finish(value: Any) -> FinishReason:
+    if isinstance(value, dict):
+        value = value.get("type")
+    if value in ("length", "abort"):
+        return value  # type: ignore[no-any-return]
+    return "stop"
+
+
+class SGLangClient:
+    """Client for one SGLang (or simulator, or sglang-router) URL.
+
+    Model calls are ``httpx.Request`` objects sent straight to an httpx transport
+    (``transport``; by default our aiohttp one): SGLang needs none of
+    ``httpx.AsyncClient``'s per-request layers (auth, redirects, cookies, event hooks),
+    and skipping them is most of the gap to raw aiohttp at 512 concurrent calls. Control
+    endpoints (health, model info, abort) go through the ``httpx.AsyncClient`` on the
+    same transport. Pass ``http`` (and its ``transport``) to share one connection pool
+    between many servers (the router does); otherwise ``async with`` opens and closes
+    its own.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        config: LLMConfig | None = None,
+        *,
+        http: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        template: ChatTemplate | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.config = config or LLMConfig()
+        self.template = template or ChatTemplate(self.config.chat_template)
+        self._http = http
+        self._transport = transport
+        self._owns_http = http is None
+        self._generate_url = self.url + "/generate"
+        self._chat_url = self.url + "/v1/chat/completions"
+        self._urls = {u: httpx.URL(u) for u in (self._generate_url, self._chat_url)}
+        self._yarl = {u: yarl.URL(u) for u in (self._generate_url, self._chat_url)}
+        self._headers = {"content-type": "application/json"}
+        self._request_headers = httpx.Headers(self._headers)
+        self._extensions = {"timeout": _timeout(self.config).as_dict()}
+
+    async def __aenter__(self) -> SGLangClient:
+        if self._http is None:
+            self._transport = self._transport or AiohttpTransport()
+            self._http = make_http_client(self.config, self._transport)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._owns_http and self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The underlying httpx client (open the SGLangClient first)."""
+        if self._http is None:
+            raise LLMConnectionError(f"{self.url}: client not open; use `async with`")
+        return self._http
+
+    # -- one attempt ---------------------------------------------------------------------
+
+    async def _send(self, url: str, body: bytes, deadline: float | None) -> tuple[int, bytes]:
+        transport = self._transport
+        if isinstance(transport, AiohttpTransport):
+            # Fast path (see AiohttpTransport.post_bytes); the deadline rides along as
+            # aiohttp's total timeout, so no cancel scope is needed per call.
+            return await transport.post_bytes(
+                self._yarl[url], body, self._headers, connect_s=self.config.connect_timeout_s,
+                read_s=self.config.read_timeout_s,
+                total_s=None if deadline is None else max(0.001, deadline - time.monotonic()),
+            )
+        request = httpx.Request(
+            "POST", self._urls[url], content=body, headers=self._request_headers,
+            extensions=self._extensions,
+        )
+        if deadline is None:
+            response = await self.http.send(request)
+        else:
+            try:
+                with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                    response = await self.http.send(request)
+            except TimeoutError as exc:
+                raise httpx.ReadTimeout("total deadline passed", request=request) from exc
+        return response.status_code, response.content
+
+    async def _post(
+        self, url: str, payload: dict[str, Any], rid: str, deadline: float | None = None
+    ) -> Any:
+        try:
+            status, content = await self._send(url, _encode(payload), deadline)
+        except httpx.TimeoutException as exc:
+            raise LLMTimeoutError(f"{url}: {exc}") from exc
+        except httpx.TransportError as exc:
+            raise LLMConnectionError(f"{url}: {exc}") from exc
+        except BaseException:
+            if rid:
+                await self._abort_quietly(rid)
+            raise
+        return self._check(url, status, content)
+
+    def _check(self, url: str, status: int, content: bytes) -> Any:
+        if status == 200:
+            try:
+                data = _decode(content)
+            except msgspec.DecodeError as exc:
+                raise LLMServerError(f"{url}: reply is not JSON: {content[:200]!r}") from exc
+            if isinstance(data, dict) and data.get("error"):
+                raise LLMServerError(f"{url}: error in a 200 reply: {data['error']}", status=200)
+            return data
+        text = content[:2000].decode("utf-8", "replace")
+        if status == 429 or status >= 500:
+            raise LLMServerError(f"{url}: HTTP {status}: {text}", status=status)
+        if _CONTEXT_ERROR.search(text):
+            raise ContextLengthError(f"{url}: the prompt does not fit: {text}", status=status)
+        raise LLMRequestError(f"{url}: HTTP {status} (not retried): {text}", status=status)
+
+    async def _abort_quietly(self, rid: str) -> None:
+        # Closing the connection already aborts in SGLang; the explicit abort covers
+        # proxies that keep the upstream request alive. Bounded, and never masks the
+        # cancellation that brought us here.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+            try:
+                await self.http.post(self.url + "/abort_request", content=_encode({"rid": rid}),
+                                     headers=self._headers)
+            except httpx.HTTPError:
+                pass
+
+    def _sampling(
+        self, max_new_tokens: int | None, temperature: float | None, top_p: float | None,
+        stop: Sequence[str] | None, seed: int | None,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"max_new_tokens": max_new_tokens or self.config.max_new_tokens}
+        temperature = self.config.temperature if temperature is None else temperature
+        top_p = self.config.top_p if top_p is None else top_p
+        if temperature is not None:
+            params["temperature"] = temperature
+        if top_p is not None:
+            params["top_p"] = top_p
+        if stop:
+            params["stop"] = list(stop)
+        if seed is not None:
+            params["sampling_seed"] = seed
+        return params
+
+    async def generate_once(
+        self,
+        *,
+        text: str | None = None,
+        input_ids: Sequence[int] | None = None,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+        rid: str | None = None,
+        stream: bool = False,
+        deadline: float | None = None,
+    ) -> GenerateResult:
+        """One ``POST /generate`` attempt (no retries); ``deadline`` on the monotonic clock."""
+        if (text is None) == (input_ids is None):
+            raise LLMRequestError("generate: pass exactly one of text and input_ids")
+        rid = rid or uuid.uuid4().hex
+        payload: dict[str, Any] = {
+            "rid": rid,
+            "sampling_params": self._sampling(max_new_tokens, temperature, top_p, stop, seed),
+        }
+        if text is not None:
+            payload["text"] = text
+        else:
+            payload["input_ids"] = list(input_ids or ())
+        start = time.perf_counter()
+        if stream:
+            payload["stream"] = True
+            data = await self._stream_generate(payload, rid)
+        else:
+            data = await self._post(self._generate_url, payload, rid, deadline)
+        if isinstance(data, list):  # a batch reply to a single prompt
+            data = data[0]
+        meta = data.get("meta_info") or {}
+        usage = Usage(
+            prompt_tokens=int(meta.get("prompt_tokens") or 0),
+            completion_tokens=int(meta.get("completion_tokens") or 0),
+            cached_tokens=int(meta.get("cached_tokens") or 0),
+            latency_s=time.perf_counter() - start,
+            requests=1,
+        )
+        ids = data.get("output_ids")
+        return GenerateResult(
+            text=data.get("text") or "",
+            finish_reason=_finish(meta.get("finish_reason")),
+            usage=usage,
+            output_ids=tuple(ids) if ids is not None else None,
+            rid=rid,
+        )
+
+    async def _stream_generate(self, payload: dict[str, Any], rid: str) -> Any:
+        request = self.http.build_request(
+            "POST", self._generate_url, content=_encode(payload), headers=self._headers,
+            extensions={"stream": True},
+        )
+        last: Any = None
+        try:
+            response = await self.http.send(request, stream=True)
+            try:
+                if response.status_code != 200:
+                    await response.aread()
+                    self._check(self._generate_url, response.status_code, response.content)
+                async for event in _sse_events(response.aiter_lines()):
+                    if isinstance(event, dict) and event.get("error"):
+                        raise LLMServerError(
+                            f"{self._generate_url}: error inside a 200 stream: {event['error']}",
+                            status=200,
+                        )
+                    last = event
+            finally:
+                await response.aclose()
+        except httpx.TimeoutException as exc:
+            raise LLMTimeoutError(f"{self._generate_url}: {exc}") from exc
+        except httpx.TransportError as exc:
+            raise LLMConnectionError(f"{self._generate_url}: {exc}") from exc
+        except BaseException:
+            await self._abort_quietly(rid)
+            raise
+        if last is None:
+            raise LLMServerError(f"{self._generate_url}: the stream ended without a reply")
+        return last
+
+    async def chat_completions_once(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        rid: str | None = None,
+        deadline: float | None = None,
+    ) -> Completion:
+        """One ``POST /v1/chat/completions`` attempt (no retries)."""
+        payload: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": list(messages),
+            "max_tokens": max_tokens or self.config.max_new_tokens,
+        }
+        temperature = self.config.temperature if temperature is None else temperature
+        top_p = self.config.top_p if top_p is None else top_p
+        if temperature is not None:
+            payload["temperature"] = temperature
+        if top_p is not None:
+            payload["top_p"] = top_p
+        if seed is not None:
+            payload["seed"] = seed
+        if rid:
+            payload["rid"] = rid
+        start = time.perf_counter()
+        data = await self._post(self._chat_url, payload, rid or "", deadline)
+        try:
+            choice = data["choices"][0]
+            usage = data.get("usage") or {}
+            details = usage.get("prompt_tokens_details") or {}
+            return Completion(
+                text=choice["message"].get("content") or "",
+                finish_reason=_finish(choice.get("finish_reason")),
+                usage=Usage(
+                    prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                    completion_tokens=int(usage.get("completion_tokens") or 0),
+                    # Absent unless the server runs with --enable-cache-report and > 0.
+                    cached_tokens=int(details.get("cached_tokens") or 0),
+                    latency_s=time.perf_counter() - start,
+                    requests=1,
+                ),
+                server=self.url,
+            )
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise LLMServerError(f"{self._chat_url}: unexpected reply shape: {data!r:.300}") from exc
+
+    async def chat_once(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
+        rid: str | None = None,
+        deadline: float | None = None,
+    ) -> Completion:
+        """One attempt in the configured API (``llm.api``)."""
+        if self.config.api == "openai":
+            return await self.chat_completions_once(
+                messages, max_tokens=max_tokens, temperature=temperature, seed=seed, rid=rid,
+                deadline=deadline,
+            )
+        result = await self.generate_once(
+            text=self.template.render(messages), max_new_tokens=max_tokens,
+            temperature=temperature, stop=self.template.stop, seed=seed, rid=rid,
+            deadline=deadline,
+        )
+        return Completion(
+            text=result.text, finish_reason=result.finish_reason, usage=result.usage,
+            server=self.url,
+        )
+
+    # -- with retries --------------------------------------------------------------------
+
+    async def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        affinity: str = "",
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        """A chat call with retries (one server; ``affinity`` is accepted and unused)."""
+        rid = os.urandom(8).hex()
+        return await with_retries(
+            lambda n, deadline: self.chat_once(
+                messages, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                rid=f"{rid}-{n}", deadline=deadline,
+            ),
+            self.config,
+            what=self.url,
+        )
+
+    async def generate(self, **kwargs: Any) -> GenerateResult:
+        """``/generate`` with retries; keyword arguments as :meth:`generate_once`."""
+        rid = kwargs.pop("rid", None) or uuid.uuid4().hex
+        return await with_retries(
+            lambda n, deadline: self.generate_once(
+                rid=f"{rid}-{n}" if n else rid, deadline=deadline, **kwargs
+            ),
+            self.config, what=self._generate_url,
+        )
+
+    # -- server endpoints ----------------------------------------------------------------
+
+    async def _get(self, path: str, timeout_s: float) -> Any:
+        url = self.url + path
+        try:
+            with anyio.fail_after(timeout_s):
+                response = await self.http.get(url)
+        except TimeoutError as exc:
+            raise LLMTimeoutError(f"{url}: no reply within {timeout_s} s") from exc
+        except httpx.TimeoutException as exc:
+            raise LLMTimeoutError(f"{url}: {exc}") from exc
+        except httpx.TransportError as exc:
+            raise LLMConnectionError(f"{url}: {exc}") from exc
+        if response.status_code != 200:
+            self._check(url, response.status_code, response.content)
+        return response.content
+
+    async def health(self, *, timeout_s: float = 5.0) -> bool:
+        """True when ``/health`` answers 200 within ``timeout_s``."""
+        try:
+            await self._get("/health", timeout_s)
+        except LLMError:
+            return False
+        return True
+
+    async def model_info(self, *, timeout_s: float = 10.0) -> dict[str, Any]:
+        """``/get_model_info`` (``model_path``, and ``context_length`` on newer servers)."""
+        data = _decode(await self._get("/get_model_info", timeout_s))
+        return data if isinstance(data, dict) else {}
+
+    async def server_info(self, *, timeout_s: float = 10.0) -> dict[str, Any]:
+        """``/get_server_info`` (server arguments, including ``context_length``)."""
+        data = _decode(await self._get("/get_server_info", timeout_s))
+        return data if isinstance(data, dict) else {}
+
+    async def context_length(self, *, timeout_s: float = 10.0) -> int | None:
+        """The server's context window, if it reports one."""
+        for getter in (self.model_info, self.server_info):
+            try:
+                info = await getter(timeout_s=timeout_s)
+            except (LLMError, msgspec.DecodeError):
+                continue
+            for key in ("context_length", "max_context_length", "max_total_num_tokens"):
+                value = info.get(key)
+                if isinstance(value, int) and value > 0:
+                    return value
+        return None
+
+    async def abort(self, rid: str, *, timeout_s: float = 5.0) -> None:
+        """``POST /abort_request`` for ``rid``."""
+        try:
+            with anyio.fail_after(timeout_s):
+                await self.http.post(self.url + "/abort_request", content=_encode({"rid": rid}),
+                                     headers=self._headers)
+        except (TimeoutError, httpx.HTTPError) as exc:
+            raise LLMConnectionError(f"{self.url}/abort_request: {exc}") from exc
+
+    async def flush_cache(self, *, timeout_s: float = 10.0) -> None:
+        """``POST /flush_cache`` (SGLang refuses while requests run)."""
+        try:
+            with anyio.fail_after(timeout_s):
+                response = await self.http.post(self.url + "/flush_cache")
+        except (TimeoutError, httpx.HTTPError) as exc:
+            raise LLMConnectionError(f"{self.url}/flush_cache: {exc}") from exc
+        if response.status_code != 200:
+            self._check(self.url + "/flush_cache", response.status_code, response.content)
+
+
+async def _sse_events(lines: AsyncIterator[str]) -> AsyncIterator[Any]:
+    async for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            yield json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise LLMServerError(f"malformed event in stream: {data[:200]!r}", status=200) from exc

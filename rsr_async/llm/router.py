@@ -1,0 +1,333 @@
+"""Cache-affine routing of chat calls over N SGLang servers.
+
+Prefix caching is won or lost here. Every call carries an ``affinity`` key; the first
+call of a key picks a server and every later call of the key goes back to it, so the
+server's radix cache holds the conversation so far. A key of the form ``group#member``
+(e.g. ``runbook-17#exec-2``) starts on the server its group already uses, so all M
+executions of one runbook (or all attempts of one task) share one cached prefix.
+
+The sticky choice yields when servers are imbalanced, by sglang-router's cache_aware rule:
+``max - min > balance_abs_threshold`` and ``max > min * balance_rel_threshold`` over
+in-flight counts; then the call goes to the least loaded server and the key moves there.
+Servers failing health checks or with an open circuit breaker are skipped; each server
+has an in-flight limit. ``routing = "router"`` sends everything to one sglang-router
+URL, which routes by itself; ``round_robin`` ignores affinity (a baseline).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from types import TracebackType
+
+import anyio
+import httpx
+import msgspec
+
+from ..config import LLMConfig
+from ..errors import LLMConnectionError, LLMError, LLMTimeoutError, NoHealthyServerError
+from ..schema import Usage
+from .base import ChatMessage, Completion
+from .client import SGLangClient, make_http_client, with_retries
+from .prompt import ChatTemplate
+from .transport import AiohttpTransport
+
+__all__ = ["ModelRouter", "RouterStats", "ServerStats"]
+
+_MAX_AFFINITIES = 200_000
+
+
+class ServerStats(msgspec.Struct, frozen=True, kw_only=True):
+    """One server's counters."""
+
+    url: str
+    requests: int
+    """Calls answered successfully."""
+    in_flight: int
+    healthy: bool
+    breaker_open: bool
+    errors: int
+    """Failed attempts (each retry counts)."""
+    usage: Usage
+
+
+class RouterStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the router: per server, and totals for the run."""
+
+    servers: tuple[ServerStats, ...]
+    usage: Usage
+    """Sum over successful calls."""
+    errors: int
+    affinities: int
+    """Affinity keys currently pinned to a server."""
+    rerouted: int
+    """Calls moved off their sticky server (imbalance, health or breaker)."""
+
+
+class _Server:
+    def __init__(self, client: SGLangClient, config: LLMConfig) -> None:
+        self.client = client
+        self.url = client.url
+        self.limiter = anyio.CapacityLimiter(config.max_inflight_per_server)
+        self.in_flight = 0
+        self.requests = 0
+        self.errors = 0
+        self.usage = Usage()
+        self.healthy = True
+        self.failures = 0
+        self.open_until = 0.0
+        self.probing = False
+        self._config = config
+
+    def available(self, now: float) -> bool:
+        if not self.healthy:
+            return False
+        if self.failures >= self._config.breaker_failures:
+            # Half-open: after the reset time, one probe call may go through.
+            return now >= self.open_until and not self.probing
+        return True
+
+    def breaker_open(self, now: float) -> bool:
+        return self.failures >= self._config.breaker_failures and now < self.open_until
+
+    def record_failure(self) -> None:
+        self.errors += 1
+        self.failures += 1
+        if self.failures >= self._config.breaker_failures:
+            self.open_until = time.monotonic() + self._config.breaker_reset_s
+
+    def record_success(self, usage: Usage) -> None:
+        self.failures = 0
+        self.requests += 1
+        self.usage = self.usage + usage
+
+
+class ModelRouter:
+    """:class:`~rsr_async.llm.base.ChatModel` over N SGLang servers (see module doc).
+
+    ``urls`` overrides ``config.urls``. Use as ``async with ModelRouter(cfg) as model``:
+    entering opens the HTTP client, reads the context length and starts the health
+    checks in a task group the router owns; leaving stops them and closes the client.
+    """
+
+    def __init__(self, config: LLMConfig, *, urls: Sequence[str] | None = None) -> None:
+        urls = tuple(urls if urls is not None else config.urls)
+        if not urls:
+            raise LLMConnectionError(
+                "ModelRouter: no server URLs; set llm.urls or pass urls= (or start "
+                "simulators with spawn_sim_servers)"
+            )
+        if config.routing == "router" and len(urls) != 1:
+            raise LLMConnectionError(
+                f"llm.routing = 'router' expects one sglang-router URL, got {len(urls)}"
+            )
+        self.config = config
+        self._urls = urls
+        self._template = ChatTemplate(config.chat_template)
+        self._servers: list[_Server] = []
+        self._http: httpx.AsyncClient | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._pins: OrderedDict[str, int] = OrderedDict()
+        self._episode_usage: OrderedDict[str, Usage] = OrderedDict()
+        self._next = 0
+        self._rerouted = 0
+        self._context_length = config.context_length
+        self._model_name = config.model
+
+    @property
+    def model_name(self) -> str:
+        """Name recorded in trajectories (``llm.model``)."""
+        return self._model_name
+
+    @property
+    def context_length(self) -> int:
+        """Smallest context window the servers report, else ``llm.context_length``."""
+        return self._context_length
+
+    async def __aenter__(self) -> ModelRouter:
+        transport = AiohttpTransport()
+        self._http = make_http_client(self.config, transport)
+        self._servers = [
+            _Server(SGLangClient(u, self.config, http=self._http, transport=transport,
+                                 template=self._template), self.config)
+            for u in self._urls
+        ]
+        lengths: list[int] = []
+        async with anyio.create_task_group() as tg:
+            async def probe(server: _Server) -> None:
+                length = await server.client.context_length(timeout_s=self.config.connect_timeout_s)
+                if length:
+                    lengths.append(length)
+
+            for server in self._servers:
+                tg.start_soon(probe, server)
+        if lengths:
+            self._context_length = min(lengths)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        for server in self._servers:
+            self._tg.start_soon(self._health_loop, server)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+                await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._tg = None
+            if self._http is not None:
+                await self._http.aclose()
+                self._http = None
+
+    async def _health_loop(self, server: _Server) -> None:
+        while True:
+            await anyio.sleep(self.config.health_interval_s)
+            server.healthy = await server.client.health(timeout_s=self.config.connect_timeout_s)
+
+    # -- routing --------------------------------------------------------------------------
+
+    def _balanced_pick(self, candidates: list[int], key: str) -> int:
+        # Least loaded; ties broken by a hash of the key so equal loads spread evenly.
+        low = min(self._servers[i].in_flight for i in candidates)
+        ties = [i for i in candidates if self._servers[i].in_flight == low]
+        return ties[zlib.crc32(key.encode()) % len(ties)]
+
+    def _pick(self, affinity: str) -> int:
+        now = time.monotonic()
+        candidates = [i for i, s in enumerate(self._servers) if s.available(now)]
+        if not candidates:
+            raise NoHealthyServerError(
+                "every model server is unhealthy or has its circuit breaker open: "
+                + ", ".join(s.url for s in self._servers)
+            )
+        if self.config.routing == "round_robin":
+            self._next += 1
+            return candidates[self._next % len(candidates)]
+        if len(self._servers) == 1:
+            return candidates[0]
+        pinned = self._pins.get(affinity)
+        if pinned is None and "#" in affinity:
+            pinned = self._pins.get(affinity.rsplit("#", 1)[0])
+        loads = [self._servers[i].in_flight for i in candidates]
+        low, high = min(loads), max(loads)
+        imbalanced = (
+            high - low > self.config.balance_abs_threshold
+            and high > low * self.config.balance_rel_threshold
+        )
+        if pinned is not None and pinned in candidates:
+            load = self._servers[pinned].in_flight
+            if not (imbalanced and load - low > self.config.balance_abs_threshold
+                    and load > low * self.config.balance_rel_threshold):
+                return pinned
+            self._rerouted += 1
+        elif pinned is not None:
+            self._rerouted += 1
+        return self._balanced_pick(candidates, affinity)
+
+    def _pin(self, affinity: str, index: int) -> None:
+        for key in (affinity, affinity.rsplit("#", 1)[0]) if "#" in affinity else (affinity,):
+            self._pins[key] = index
+            self._pins.move_to_end(key)
+        while len(self._pins) > _MAX_AFFINITIES:
+            self._pins.popitem(last=False)
+
+    @staticmethod
+    async def _acquire(server: _Server, deadline: float) -> None:
+        try:
+            server.limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            try:
+                with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                    await server.limiter.acquire()
+            except TimeoutError as exc:
+                raise LLMTimeoutError(
+                    f"{server.url}: waited past the deadline for one of its "
+                    f"llm.max_inflight_per_server slots"
+                ) from exc
+
+    async def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        affinity: str,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> Completion:
+        """Send a chat call to the affinity's server; retried, rerouted on failure."""
+        if self._http is None:
+            raise LLMConnectionError("ModelRouter: not open; use `async with ModelRouter(...)`")
+        rid = os.urandom(8).hex()
+        start = time.perf_counter()
+
+        async def attempt(n: int, deadline: float) -> Completion:
+            index = self._pick(affinity)
+            if self.config.routing != "round_robin":
+                self._pin(affinity, index)
+            server = self._servers[index]
+            probe = server.failures >= self.config.breaker_failures
+            if probe:
+                server.probing = True
+            try:
+                await self._acquire(server, deadline)
+                server.in_flight += 1
+                try:
+                    completion = await server.client.chat_once(
+                        messages, max_tokens=max_tokens, temperature=temperature,
+                        seed=seed, rid=f"{rid}-{n}", deadline=deadline,
+                    )
+                finally:
+                    server.in_flight -= 1
+                    server.limiter.release()
+            except LLMError as exc:
+                if not isinstance(exc, (NoHealthyServerError,)) and exc.retryable:
+                    server.record_failure()
+                raise
+            finally:
+                if probe:
+                    server.probing = False
+            server.record_success(completion.usage)
+            return completion
+
+        completion = await with_retries(attempt, self.config, what=f"model call ({affinity})")
+        usage = msgspec.structs.replace(completion.usage, latency_s=time.perf_counter() - start)
+        self._episode_usage[affinity] = self._episode_usage.get(affinity, Usage()) + usage
+        self._episode_usage.move_to_end(affinity)
+        while len(self._episode_usage) > _MAX_AFFINITIES:
+            self._episode_usage.popitem(last=False)
+        return msgspec.structs.replace(completion, usage=usage)
+
+    # -- accounting ----------------------------------------------------------------------
+
+    def usage(self, affinity: str) -> Usage:
+        """Usage summed over the calls of one affinity key (one episode)."""
+        return self._episode_usage.get(affinity, Usage())
+
+    def pop_usage(self, affinity: str) -> Usage:
+        """Usage of one affinity key, forgetting it (call when an episode ends)."""
+        return self._episode_usage.pop(affinity, Usage())
+
+    def statistics(self) -> RouterStats:
+        """A frozen snapshot of per-server counters and run totals."""
+        now = time.monotonic()
+        servers = tuple(
+            ServerStats(
+                url=s.url, requests=s.requests, in_flight=s.in_flight, healthy=s.healthy,
+                breaker_open=s.breaker_open(now), errors=s.errors, usage=s.usage,
+            )
+            for s in self._servers
+        )
+        total = Usage()
+        for s in self._servers:
+            total = total + s.usage
+        return RouterStats(
+            servers=servers, usage=total, errors=sum(s.errors for s in self._servers),
+            affinities=len(self._pins), rerouted=self._rerouted,
+        )

@@ -1,0 +1,174 @@
+"""``python -m rsr_async serve``: start real SGLang servers on a GPU host.
+
+Builds one ``python -m sglang.launch_server`` command per server (model path, tensor
+parallel size, port, ``--enable-metrics --enable-cache-report``), optionally one
+``sglang_router.launch_router`` in front, starts them, waits until every ``/health``
+answers, prints the URLs to pass as ``llm.urls``, and stops them cleanly (SIGTERM, then
+SIGKILL after a grace period) on Ctrl-C or SIGTERM. Needs the ``[sglang]`` extra and GPUs.
+``--launcher`` replaces ``python -m sglang.launch_server`` (tests use the simulator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import httpx
+import msgspec
+
+from ..errors import LLMConnectionError
+
+__all__ = ["ServeSpec", "build_commands", "configure", "main", "serve_fleet"]
+
+
+class ServeSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What to launch."""
+
+    model_path: str
+    servers: int = 1
+    tp: int = 1
+    base_port: int = 30000
+    host: str = "127.0.0.1"
+    extra_args: tuple[str, ...] = ()
+    router: bool = False
+    router_port: int = 29999
+    launcher: tuple[str, ...] = (sys.executable, "-m", "sglang.launch_server")
+    router_launcher: tuple[str, ...] = (sys.executable, "-m", "sglang_router.launch_router")
+    gpus_per_server: int = 0
+    """If > 0, pin server i to GPUs [i*g, (i+1)*g) through CUDA_VISIBLE_DEVICES."""
+
+
+def server_urls(spec: ServeSpec) -> list[str]:
+    """URLs of the model servers."""
+    return [f"http://{spec.host}:{spec.base_port + i}" for i in range(spec.servers)]
+
+
+def build_commands(spec: ServeSpec) -> list[list[str]]:
+    """argv of every process to start: the servers, then the router if asked for."""
+    commands = [
+        [*spec.launcher, "--model-path", spec.model_path, "--tp", str(spec.tp),
+         "--host", spec.host, "--port", str(spec.base_port + i),
+         "--enable-metrics", "--enable-cache-report", *spec.extra_args]
+        for i in range(spec.servers)
+    ]
+    if spec.router:
+        commands.append([*spec.router_launcher, "--worker-urls", *server_urls(spec),
+                         "--policy", "cache_aware", "--host", spec.host,
+                         "--port", str(spec.router_port)])
+    return commands
+
+
+async def _wait_healthy(url: str, process: anyio.abc.Process, timeout_s: float) -> None:
+    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+        with anyio.move_on_after(timeout_s):
+            while True:
+                if process.returncode is not None:
+                    raise LLMConnectionError(
+                        f"serve: the server for {url} exited with code {process.returncode} "
+                        "before it was healthy; read its log above"
+                    )
+                try:
+                    if (await client.get(url + "/health")).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await anyio.sleep(0.5)
+    raise LLMConnectionError(f"serve: {url}/health not healthy within {timeout_s} s")
+
+
+@asynccontextmanager
+async def serve_fleet(
+    spec: ServeSpec, *, ready_timeout_s: float = 1800.0, grace_s: float = 30.0
+) -> AsyncIterator[list[str]]:
+    """Start the fleet, wait until healthy, yield the URLs to use, stop it on exit."""
+    processes: list[anyio.abc.Process] = []
+    commands = build_commands(spec)
+    try:
+        for i, argv in enumerate(commands):
+            env = dict(os.environ)
+            if spec.gpus_per_server and i < spec.servers:
+                first = i * spec.gpus_per_server
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(
+                    str(g) for g in range(first, first + spec.gpus_per_server))
+            processes.append(await anyio.open_process(argv, env=env, stdout=None, stderr=None))
+        urls = server_urls(spec)
+        async with anyio.create_task_group() as tg:
+            for url, process in zip(urls, processes, strict=False):
+                tg.start_soon(_wait_healthy, url, process, ready_timeout_s)
+        if spec.router:
+            router_url = f"http://{spec.host}:{spec.router_port}"
+            await _wait_healthy(router_url, processes[-1], ready_timeout_s)
+            urls = [router_url]
+        yield urls
+    finally:
+        with anyio.CancelScope(shield=True):
+            for process in reversed(processes):
+                if process.returncode is None:
+                    process.terminate()
+            for process in reversed(processes):
+                with anyio.move_on_after(grace_s):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    with anyio.move_on_after(5.0):
+                        await process.wait()
+                await process.aclose()
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``serve``."""
+    parser.add_argument("--model-path", required=True, help="HF model id or local path")
+    parser.add_argument("--servers", type=int, default=1, help="number of servers")
+    parser.add_argument("--tp", type=int, default=1, help="tensor parallel size per server")
+    parser.add_argument("--base-port", type=int, default=30000, help="port of server 0")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--router", action="store_true", help="also start sglang-router")
+    parser.add_argument("--router-port", type=int, default=29999)
+    parser.add_argument("--gpus-per-server", type=int, default=0,
+                        help="pin each server to its own GPUs (CUDA_VISIBLE_DEVICES)")
+    parser.add_argument("--launcher", help="command instead of `python -m sglang.launch_server`")
+    parser.add_argument("--extra", default="", help="extra launch_server arguments (one string)")
+    parser.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds to get healthy")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, start nothing")
+
+
+def spec_from_args(args: argparse.Namespace) -> ServeSpec:
+    """A :class:`ServeSpec` from parsed arguments."""
+    kwargs: dict[str, object] = {}
+    if args.launcher:
+        kwargs["launcher"] = tuple(shlex.split(args.launcher))
+    return ServeSpec(
+        model_path=args.model_path, servers=args.servers, tp=args.tp, base_port=args.base_port,
+        host=args.host, router=args.router, router_port=args.router_port,
+        gpus_per_server=args.gpus_per_server, extra_args=tuple(shlex.split(args.extra)),
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+async def _run(spec: ServeSpec, ready_timeout_s: float) -> None:
+    async with serve_fleet(spec, ready_timeout_s=ready_timeout_s) as urls:
+        print("ready: " + " ".join(urls), flush=True)
+        print(f"use: --set 'llm.urls={msgspec.json.encode(urls).decode()}'", flush=True)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+
+
+def main(args: argparse.Namespace) -> int:
+    """Start the fleet and keep it up until SIGINT/SIGTERM (or print it with --dry-run)."""
+    spec = spec_from_args(args)
+    if args.dry_run:
+        for argv in build_commands(spec):
+            print(shlex.join(argv))
+        return 0
+    anyio.run(_run, spec, args.ready_timeout)
+    return 0
+
+

@@ -1,5 +1,75 @@
 #!/bin/bash
-# Runs the hidden checks; check.py writes /logs/verifier/reward.txt.
+# Hidden checks: one line per check, then the reward in /logs/verifier/reward.txt.
 mkdir -p /logs/verifier
 cd /app
-python3 /tests/check.py
+python3 - <<'PYCHECK'
+"""Hidden checks for this task; prints one line per check, writes the reward."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+PARTIAL = False
+CHECKS = {}
+
+
+def check(fn):
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def sh(cmd, cwd="/app", timeout=20, env=None):
+    full = dict(os.environ)
+    full.update(env or {})
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=full)
+
+
+def read(path):
+    return Path(path).read_text()
+
+REPO = "/app/project"
+
+def git(cmd):
+    return sh("git " + cmd, cwd=REPO)
+
+@check
+def branch_restored():
+    msg = git("log -1 --format=%s experiment").stdout.strip()
+    return msg == "Prototype cache"
+
+@check
+def content_intact():
+    r = git("show experiment:research/caching.md")
+    return r.returncode == 0 and "3.1x speed-up" in r.stdout
+
+@check
+def main_untouched():
+    return git("log -1 --format=%s main").stdout.strip() == "Say goodbye" and \
+        git("rev-list --count main").stdout.strip() == "2"
+
+
+def main():
+    results = {}
+    for name, fn in CHECKS.items():
+        try:
+            ok = bool(fn())
+        except Exception as exc:  # a crash in a check is a failed check
+            print(f"{name}: error: {exc!r}")
+            ok = False
+        print(f"{name}: {'PASS' if ok else 'FAIL'}")
+        results[name] = 1 if ok else 0
+    out = Path("/logs/verifier")
+    out.mkdir(parents=True, exist_ok=True)
+    if PARTIAL:
+        score = round(sum(results.values()) / len(results), 4)
+        (out / "reward.json").write_text(json.dumps({"reward": score, **results}))
+        print("reward", score)
+    else:
+        score = 1 if all(results.values()) else 0
+        (out / "reward.txt").write_text(f"{score}\n")
+        print("reward", score)
+
+
+main()
+PYCHECK

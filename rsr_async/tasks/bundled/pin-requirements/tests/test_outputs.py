@@ -1,3 +1,5 @@
+"""Hidden tests: every requirement pinned, layout kept."""
+
 from pathlib import Path
 
 WANT = [
@@ -13,22 +15,26 @@ WANT = [
 ]
 
 
-def lines():
-    return [l.rstrip() for l in Path("/app/requirements.txt").read_text().splitlines()]
+def lines() -> list[str]:
+    return [line.rstrip() for line in Path("/app/requirements.txt").read_text().splitlines()]
 
 
-def norm(line):
+def norm(line: str) -> str:
     return line.replace(" ", "")
 
 
-def test_line_count_and_comments():
+def layout(rows: list[str]) -> list[str]:
+    return [row for row in rows if row.startswith("#") or not row]
+
+
+def test_line_count_and_comments() -> None:
     got = lines()
     while got and not got[-1]:
         got.pop()
     assert len(got) == len(WANT)
-    assert [l for l in got if l.startswith("#") or not l] == [l for l in WANT if l.startswith("#") or not l]
+    assert layout(got) == layout(WANT)
 
 
-def test_pins():
-    got = [norm(l) for l in lines() if l and not l.startswith("#")]
-    assert got == [norm(l) for l in WANT if l and not l.startswith("#")]
+def test_pins() -> None:
+    got = [norm(row) for row in lines() if row and not row.startswith("#")]
+    assert got == [norm(row) for row in WANT if row and not row.startswith("#")]

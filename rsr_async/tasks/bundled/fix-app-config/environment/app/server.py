@@ -6,7 +6,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def load():
+def load() -> configparser.ConfigParser:
     cp = configparser.ConfigParser()
     cp.read(os.path.join(HERE, "conf", "app.ini"))
     overrides = os.path.join(HERE, "conf", "overrides.ini")
@@ -15,7 +15,7 @@ def load():
     return cp
 
 
-def validate(cp):
+def validate(cp: configparser.ConfigParser) -> None:
     port = cp.getint("server", "port")
     if not 1024 <= port <= 65535:
         raise SystemExit("config error: invalid value")

@@ -11,8 +11,8 @@ class Item:
     price_cents: int
 
     @property
-    def value_cents(self):
+    def value_cents(self) -> int:
         return self.qty * self.price_cents
 
-    def describe(self):
+    def describe(self) -> str:
         return f"{self.sku:<8} {self.name:<14} {self.qty:>4} x {money(self.price_cents)}"

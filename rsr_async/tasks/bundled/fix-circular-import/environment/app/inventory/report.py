@@ -1,7 +1,7 @@
 from .models import Item
 
 
-def money(cents):
+def money(cents: int) -> str:
     return f"${cents // 100}.{cents % 100:02d}"
 
 

@@ -1,12 +1,14 @@
 """Small statistics helpers used by the reporting jobs."""
 
+from collections.abc import Sequence
 
-def mean(values):
+
+def mean(values: Sequence[float]) -> float:
     """Arithmetic mean of a non-empty sequence of numbers."""
     return sum(values) / len(values)
 
 
-def median(values):
+def median(values: list[float]) -> float:
     """Median: the middle value of the sorted data, or the mean of the two middle
     values when there is an even number of them. The input is not modified."""
     values.sort()
@@ -14,7 +16,7 @@ def median(values):
     return values[mid]
 
 
-def percentile(values, p):
+def percentile(values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile, 0 < p <= 100: the smallest value such that at least
     p percent of the data is less than or equal to it."""
     ordered = sorted(values)
@@ -22,10 +24,7 @@ def percentile(values, p):
     return ordered[rank]
 
 
-def moving_average(values, window):
+def moving_average(values: Sequence[float], window: int) -> list[float]:
     """Averages of each run of `window` consecutive values; a list of
     len(values) - window + 1 numbers (empty when window > len(values))."""
-    out = []
-    for i in range(len(values) - window):
-        out.append(sum(values[i:i + window]) / window)
-    return out
+    return [sum(values[i:i + window]) / window for i in range(len(values) - window)]

@@ -1,0 +1,129 @@
+"""``python -m rsr_async tasks``: list a dataset, validate it against its reference solutions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from ..config import load_config
+from ..schema import Task, encode
+from .dataset import BUNDLED_SUITE, Dataset, load_dataset
+from .oracle import ValidationRow, validate
+
+__all__ = ["configure", "format_table", "main"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``tasks``."""
+    sub = parser.add_subparsers(dest="action", required=True)
+
+    def dataset_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "dataset",
+            nargs="*",
+            metavar="DATASET",
+            help=f"task directories (searched recursively) or list files; default: the bundled suite ({BUNDLED_SUITE})",
+        )
+        p.add_argument("--task", action="append", default=[], metavar="NAME",
+                       help="only this task (repeatable)")
+
+    listing = sub.add_parser("list", help="print a table of the dataset's tasks")
+    dataset_args(listing)
+    check = sub.add_parser(
+        "validate",
+        help="build every image; check that the oracle passes and the untouched environment fails",
+    )
+    dataset_args(check)
+    check.add_argument("--concurrency", type=int, default=2, metavar="N", help="tasks in flight at once")
+    check.add_argument("--config", action="append", default=[], metavar="FILE",
+                       help="config file(s) (name in configs/ or path); [sandbox] is read")
+    check.add_argument("--set", action="append", default=[], metavar="sandbox.KEY=VALUE",
+                       help="override a setting")
+    check.add_argument("--json", metavar="FILE", help="also write every row (with outputs) as JSON")
+    check.add_argument("-v", "--verbose", action="store_true",
+                       help="print the oracle's and verifier's output for every failing task")
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Plain aligned columns (stable for scripts and tests; no terminal codes)."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _load(args: argparse.Namespace) -> Dataset:
+    dataset = load_dataset(args.dataset)
+    if args.task:
+        wanted = set(args.task)
+        missing = wanted - {t.name for t in dataset.tasks}
+        for name in sorted(missing):
+            print(f"tasks: no task named {name!r} in the dataset", file=sys.stderr)
+        dataset.tasks = [t for t in dataset.tasks if t.name in wanted]
+    for error in dataset.errors:
+        print(f"error: {error}", file=sys.stderr)
+    return dataset
+
+
+def _domain(task: Task) -> str:
+    return task.category or "-"
+
+
+def _list(dataset: Dataset) -> None:
+    rows = [
+        (t.name, _domain(t), t.difficulty or "-", t.format, f"{t.agent_timeout_s:g}s",
+         f"{t.verifier_timeout_s:g}s", f"{t.build_timeout_s:g}s")
+        for t in dataset.tasks
+    ]
+    print(format_table(("name", "domain", "difficulty", "format", "agent", "verifier", "build"), rows))
+    domains = sorted({_domain(t) for t in dataset.tasks})
+    print(f"\n{len(dataset.tasks)} tasks, {len(domains)} domains, {len(dataset.errors)} errors")
+
+
+def _reward(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _validate(args: argparse.Namespace, dataset: Dataset) -> list[ValidationRow]:
+    from ..sandbox import SandboxPool  # Docker stack only when validating
+
+    config = load_config(args.config, args.set).sandbox
+    run_id = f"tasks-validate-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> list[ValidationRow]:
+        async with SandboxPool(config, run_id=run_id) as pool:
+            return await validate(dataset.tasks, pool, concurrency=args.concurrency)
+
+    return anyio.run(go)
+
+
+def main(args: argparse.Namespace) -> int:
+    """``list``: 0, or 1 when some task failed to load. ``validate``: 1 on any bad task."""
+    dataset = _load(args)
+    if args.action == "list":
+        _list(dataset)
+        return 1 if dataset.errors else 0
+    started = time.monotonic()
+    rows = _validate(args, dataset)
+    table = [
+        (r.name, r.category or "-", f"{r.build_s:.1f}s", _reward(r.oracle_reward), _reward(r.nop_reward),
+         f"{r.duration_s:.1f}s", "ok" if r.ok else "BAD: " + "; ".join(r.problems))
+        for r in rows
+    ]
+    print(format_table(("name", "domain", "build", "oracle", "untouched", "time", "status"), table))
+    bad = [r for r in rows if not r.ok]
+    print(f"\n{len(rows) - len(bad)}/{len(rows)} tasks valid, {len(dataset.errors)} failed to load, "
+          f"{time.monotonic() - started:.0f}s")
+    if args.verbose:
+        for r in bad:
+            print(f"\n=== {r.name}: oracle\n{r.oracle_output}\n=== {r.name}: untouched\n{r.nop_output}")
+    if args.json:
+        Path(args.json).write_bytes(encode(rows))
+    return 1 if bad or dataset.errors or not rows else 0

@@ -1,0 +1,302 @@
+"""Load one task directory, Harbor or legacy terminal-bench, into a :class:`Task`.
+
+Harbor (Terminal-Bench 2.x)::
+
+    instruction.md  task.toml  environment/Dockerfile  tests/test.sh  solution/solve.sh
+
+Legacy terminal-bench::
+
+    task.yaml  Dockerfile  run-tests.sh  tests/  solution.sh
+
+Both become the same record. Domain labels (category, tags, difficulty) come from
+Harbor's free-form ``[metadata]`` table or the legacy YAML's top-level keys; anything
+else in those tables is kept in ``Task.metadata``. Every error names the task and file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import TaskError
+from ..schema import Task
+
+__all__ = ["detect_format", "is_task_dir", "load_task"]
+
+HARBOR_MARKER = "task.toml"
+LEGACY_MARKER = "task.yaml"
+
+# Harbor's own defaults (harbor.models.task.config); legacy terminal-bench's task.yaml ones.
+HARBOR_AGENT_TIMEOUT_S = 600.0
+HARBOR_VERIFIER_TIMEOUT_S = 600.0
+HARBOR_BUILD_TIMEOUT_S = 600.0
+LEGACY_AGENT_TIMEOUT_S = 360.0
+LEGACY_TEST_TIMEOUT_S = 60.0
+
+
+def is_task_dir(path: Path) -> bool:
+    """True when ``path`` holds a ``task.toml`` (Harbor) or ``task.yaml`` (legacy)."""
+    return (path / HARBOR_MARKER).is_file() or (path / LEGACY_MARKER).is_file()
+
+
+def detect_format(path: Path) -> str:
+    """``"harbor"`` or ``"terminal-bench"``; raises TaskError when it is neither."""
+    if (path / HARBOR_MARKER).is_file():
+        return "harbor"
+    if (path / LEGACY_MARKER).is_file():
+        return "terminal-bench"
+    raise TaskError(
+        "not a task directory: expected task.toml (Harbor) or task.yaml (terminal-bench)",
+        task=path.name,
+        path=str(path),
+    )
+
+
+def load_task(path: Path) -> Task:
+    """Load the task in directory ``path``.
+
+    Raises :class:`TaskError` (with ``task`` and ``path`` naming the offending file) when a
+    config file does not parse, a field has the wrong type, or the instruction or tests
+    are missing.
+    """
+    path = Path(path).resolve()
+    if not path.is_dir():
+        raise TaskError("task directory not found", task=path.name, path=str(path))
+    if detect_format(path) == "harbor":
+        return _load_harbor(path)
+    return _load_legacy(path)
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def _read_text(file: Path, task: str) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise TaskError(f"missing {file.name}", task=task, path=str(file)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskError(f"cannot read {file.name}: {exc}", task=task, path=str(file)) from exc
+
+
+class _Fields:
+    """Typed access to one table of a config file; errors name the file and key."""
+
+    def __init__(self, table: object, where: str, task: str, file: Path):
+        if table is None:
+            table = {}
+        if not isinstance(table, Mapping):
+            raise TaskError(f"{where}: expected a table, got {type(table).__name__}", task=task, path=str(file))
+        self.table: Mapping[str, Any] = table
+        self.where = where
+        self.task = task
+        self.file = file
+
+    def _bad(self, key: str, expected: str, value: object) -> TaskError:
+        return TaskError(
+            f"{self.where}.{key}: expected {expected}, got {value!r}", task=self.task, path=str(self.file)
+        )
+
+    def number(self, key: str, default: float | None) -> float | None:
+        value = self.table.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self._bad(key, "a number >= 0", value)
+        return float(value)
+
+    def integer(self, key: str) -> int | None:
+        value = self.table.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self._bad(key, "an integer >= 0", value)
+        return int(value)
+
+    def string(self, key: str, default: str | None = None) -> str | None:
+        value = self.table.get(key, default)
+        if value is None:
+            return None
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise self._bad(key, "a string", value)
+        return str(value)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.table.get(key, default)
+        if not isinstance(value, bool):
+            raise self._bad(key, "true or false", value)
+        return value
+
+    def str_map(self, key: str) -> dict[str, str]:
+        value = self.table.get(key) or {}
+        if not isinstance(value, Mapping):
+            raise self._bad(key, "a table of strings", value)
+        return {str(k): str(v) for k, v in value.items()}
+
+    def tags(self, key: str = "tags") -> tuple[str, ...]:
+        value = self.table.get(key) or ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise self._bad(key, "a list of strings", value)
+        return tuple(str(v) for v in value)
+
+
+def _memory_mb(fields: _Fields) -> int | None:
+    """``memory_mb = 2048`` or Harbor's older ``memory = "2G"`` form."""
+    mb = fields.integer("memory_mb")
+    if mb is not None:
+        return mb
+    text = fields.string("memory")
+    if text is None:
+        return None
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+    raw = text.strip().lower().rstrip("b")
+    try:
+        if raw and raw[-1] in units:
+            return int(float(raw[:-1]) * units[raw[-1]])
+        return int(float(raw))
+    except ValueError:
+        raise fields._bad("memory", 'a size such as "2G" or memory_mb = 2048', text) from None
+
+
+# -- Harbor --------------------------------------------------------------------------
+
+
+def _load_harbor(path: Path) -> Task:
+    dir_name = path.name
+    config_file = path / HARBOR_MARKER
+    try:
+        data = tomllib.loads(_read_text(config_file, dir_name))
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError(f"invalid TOML: {exc}", task=dir_name, path=str(config_file)) from exc
+
+    task_table = _Fields(data.get("task"), "task", dir_name, config_file)
+    name = task_table.string("name") or dir_name
+    meta = _Fields(data.get("metadata"), "metadata", name, config_file)
+    verifier = _Fields(data.get("verifier"), "verifier", name, config_file)
+    agent = _Fields(data.get("agent"), "agent", name, config_file)
+    environment = _Fields(data.get("environment"), "environment", name, config_file)
+
+    instruction = _read_text(path / "instruction.md", name).strip()
+    if not instruction:
+        raise TaskError("instruction.md is empty", task=name, path=str(path / "instruction.md"))
+
+    tests_dir = path / "tests"
+    if not (tests_dir / "test.sh").is_file():
+        raise TaskError(
+            "missing tests/test.sh (the verifier script)", task=name, path=str(tests_dir / "test.sh")
+        )
+
+    docker_image = environment.string("docker_image") or None
+    env_dir = path / "environment"
+    has_env = (env_dir / "Dockerfile").is_file() or (env_dir / "docker-compose.yaml").is_file()
+    if not has_env and docker_image is None:
+        raise TaskError(
+            "missing environment/Dockerfile (and no [environment].docker_image)",
+            task=name,
+            path=str(env_dir / "Dockerfile"),
+        )
+
+    solution = path / "solution" / "solve.sh"
+    metadata = {k: v for k, v in meta.table.items() if k not in ("category", "tags", "difficulty")}
+    description = task_table.string("description")
+    if description:
+        metadata["description"] = description
+    version = data.get("version")
+    if version is not None:
+        metadata["version"] = str(version)
+
+    return Task(
+        name=name,
+        path=str(path),
+        instruction=instruction,
+        format="harbor",
+        category=meta.string("category", "") or "",
+        tags=meta.tags(),
+        difficulty=meta.string("difficulty", "") or "",
+        metadata=metadata,
+        agent_timeout_s=agent.number("timeout_sec", HARBOR_AGENT_TIMEOUT_S) or HARBOR_AGENT_TIMEOUT_S,
+        verifier_timeout_s=verifier.number("timeout_sec", HARBOR_VERIFIER_TIMEOUT_S)
+        or HARBOR_VERIFIER_TIMEOUT_S,
+        build_timeout_s=environment.number("build_timeout_sec", HARBOR_BUILD_TIMEOUT_S)
+        or HARBOR_BUILD_TIMEOUT_S,
+        docker_image=docker_image,
+        environment_dir=str(env_dir) if has_env else None,
+        cpus=environment.number("cpus", None),
+        memory_mb=_memory_mb(environment),
+        storage_mb=environment.integer("storage_mb"),
+        allow_internet=environment.boolean("allow_internet", False),
+        workdir=environment.string("workdir"),
+        env=environment.str_map("env"),
+        verifier_env=verifier.str_map("env"),
+        tests_dir=str(tests_dir),
+        test_script="test.sh",
+        solution_path=str(solution) if solution.is_file() else None,
+    )
+
+
+# -- legacy terminal-bench -----------------------------------------------------------
+
+
+def _legacy_instruction(data: Mapping[str, Any]) -> str:
+    instruction = data.get("instruction")
+    if isinstance(instruction, str):
+        return instruction
+    # Older terminal-bench tasks keep a list of {key, description}; "base" is the main one.
+    for item in data.get("descriptions") or ():
+        if isinstance(item, Mapping) and item.get("key", "base") == "base":
+            return str(item.get("description") or "")
+    return ""
+
+
+def _load_legacy(path: Path) -> Task:
+    name = path.name
+    config_file = path / LEGACY_MARKER
+    try:
+        data = yaml.safe_load(_read_text(config_file, name))
+    except yaml.YAMLError as exc:
+        raise TaskError(f"invalid YAML: {exc}", task=name, path=str(config_file)) from exc
+    fields = _Fields(data, "task.yaml", name, config_file)
+
+    instruction = _legacy_instruction(fields.table).strip()
+    if not instruction:
+        raise TaskError("task.yaml has no instruction", task=name, path=str(config_file))
+
+    run_tests = path / "run-tests.sh"
+    if not run_tests.is_file():
+        raise TaskError("missing run-tests.sh (the verifier script)", task=name, path=str(run_tests))
+    tests_dir = path / "tests"
+    if not tests_dir.is_dir():
+        raise TaskError("missing tests/ directory", task=name, path=str(tests_dir))
+
+    has_env = (path / "Dockerfile").is_file() or (path / "docker-compose.yaml").is_file()
+    if not has_env:
+        raise TaskError("missing Dockerfile", task=name, path=str(path / "Dockerfile"))
+
+    solution = path / "solution.sh"
+    labels = ("instruction", "descriptions", "category", "tags", "difficulty")
+    metadata = {k: v for k, v in fields.table.items() if k not in labels}
+    return Task(
+        name=name,
+        path=str(path),
+        instruction=instruction,
+        format="terminal-bench",
+        category=fields.string("category", "") or "",
+        tags=fields.tags(),
+        difficulty=fields.string("difficulty", "") or "",
+        metadata=metadata,
+        agent_timeout_s=fields.number("max_agent_timeout_sec", LEGACY_AGENT_TIMEOUT_S)
+        or LEGACY_AGENT_TIMEOUT_S,
+        verifier_timeout_s=fields.number("max_test_timeout_sec", LEGACY_TEST_TIMEOUT_S)
+        or LEGACY_TEST_TIMEOUT_S,
+        build_timeout_s=HARBOR_BUILD_TIMEOUT_S,
+        environment_dir=str(path),
+        tests_dir=str(tests_dir),
+        test_script="run-tests.sh",
+        solution_path=str(solution) if solution.is_file() else None,
+    )

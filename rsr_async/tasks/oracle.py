@@ -1,0 +1,182 @@
+"""The oracle "agent" (the task's reference solution) and ``tasks validate``.
+
+``validate`` checks every task two ways, each in its own fresh sandbox: the oracle must
+pass (main reward 1) and the untouched environment must not (a task that passes with no
+work measures nothing).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+import msgspec
+
+from ..errors import TaskError
+from ..sandbox.base import ExecResult, Sandbox
+from ..schema import Task
+from .verifier import Verification, try_verify
+
+__all__ = ["SandboxProvider", "ValidationRow", "run_oracle", "validate", "validate_task"]
+
+_SLACK_S = 30.0
+_HARBOR_SOLUTION_DIR = "/solution"
+
+
+class SandboxProvider(Protocol):
+    """What validation needs from a pool (``rsr_async.sandbox.SandboxPool`` fits)."""
+
+    async def ensure_image(self, task: Task) -> str: ...
+
+    def sandbox(self, task: Task, *, key: str) -> AbstractAsyncContextManager[Sandbox]: ...
+
+
+def _solution_location(task: Task) -> tuple[Path, str, str]:
+    """(local path to upload, remote path, script to run)."""
+    if not task.solution_path:
+        raise TaskError("task has no reference solution", task=task.name, path=task.path)
+    script = Path(task.solution_path)
+    if task.format == "harbor":
+        local = script.parent  # solve.sh may use files next to it
+        text = script.read_text(encoding="utf-8", errors="replace")
+        # Harbor mounts solution/ at /solution and some solutions name that path; honour it,
+        # otherwise use a fresh temporary path that cannot collide with the task's own files.
+        if _HARBOR_SOLUTION_DIR + "/" in text:
+            remote = _HARBOR_SOLUTION_DIR
+        else:
+            remote = f"/tmp/rsr-oracle-{uuid.uuid4().hex[:12]}"
+        return local, remote, f"{remote}/{script.name}"
+    remote = f"/tmp/rsr-oracle-{uuid.uuid4().hex[:12]}"
+    return script, f"{remote}/{script.name}", f"{remote}/{script.name}"
+
+
+async def run_oracle(sandbox: Sandbox, task: Task, *, time_limit: float | None = None) -> ExecResult:
+    """Run the task's reference solution in ``sandbox`` in place of a model.
+
+    The solution is uploaded to a temporary path, run with bash from the task's workdir
+    under the agent timeout, then removed, so the verifier sees only its effects.
+    """
+    local, remote, script = _solution_location(task)
+    limit = task.agent_timeout_s if time_limit is None else time_limit
+    top = remote if task.format == "harbor" else remote.rsplit("/", 1)[0]
+    try:
+        await sandbox.upload(local, remote)
+        with anyio.fail_after(limit + _SLACK_S):
+            return await sandbox.run(f"bash {script}", time_limit=limit, env=dict(task.env), workdir=task.workdir)
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SLACK_S):
+            await sandbox.run(f"rm -rf {top}", time_limit=_SLACK_S)
+
+
+class ValidationRow(msgspec.Struct, kw_only=True):
+    """One task's validation: image build, oracle run, untouched-environment run."""
+
+    name: str
+    category: str = ""
+    difficulty: str = ""
+    build_s: float = 0.0
+    oracle_reward: float | None = None
+    oracle_rewards: dict[str, float] = msgspec.field(default_factory=dict)
+    nop_reward: float | None = None
+    nop_rewards: dict[str, float] = msgspec.field(default_factory=dict)
+    duration_s: float = 0.0
+    problems: list[str] = msgspec.field(default_factory=list)
+    oracle_output: str = ""
+    """The solution's and then the verifier's output (for diagnosing a failure)."""
+    nop_output: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Oracle passes, untouched environment does not, nothing went wrong."""
+        return not self.problems
+
+
+def _problem(prefix: str, exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"{prefix}: did not finish in time"
+    return f"{prefix}: {type(exc).__name__}: {exc}"
+
+
+async def _oracle_check(pool: SandboxProvider, task: Task, row: ValidationRow) -> None:
+    try:
+        async with pool.sandbox(task, key=f"validate/{task.name}/oracle") as sandbox:
+            result = await run_oracle(sandbox, task)
+            verdict = await try_verify(sandbox, task)
+    except Exception as exc:  # one broken task must not sink the whole validation
+        row.problems.append(_problem("oracle", exc))
+        return
+    row.oracle_output = f"$ solve.sh (exit {result.exit_code})\n{result.output}\n$ tests\n{verdict.output}"
+    _record(row, "oracle", verdict)
+    if result.timed_out:
+        row.problems.append(f"oracle: solution timed out after {task.agent_timeout_s:g}s")
+    if verdict.error:
+        row.problems.append(f"oracle: {verdict.error}")
+    elif not verdict.passed:
+        row.problems.append(f"oracle: reward {verdict.reward:g}, expected 1")
+
+
+async def _nop_check(pool: SandboxProvider, task: Task, row: ValidationRow) -> None:
+    try:
+        async with pool.sandbox(task, key=f"validate/{task.name}/nop") as sandbox:
+            verdict = await try_verify(sandbox, task)
+    except Exception as exc:  # one broken task must not sink the whole validation
+        row.problems.append(_problem("untouched", exc))
+        return
+    row.nop_output = verdict.output
+    _record(row, "nop", verdict)
+    if verdict.error:
+        row.problems.append(f"untouched: {verdict.error}")
+    elif verdict.passed:
+        row.problems.append("untouched: the environment passes without any work")
+
+
+def _record(row: ValidationRow, which: str, verdict: Verification) -> None:
+    if which == "oracle":
+        row.oracle_reward, row.oracle_rewards = verdict.reward, verdict.rewards
+    else:
+        row.nop_reward, row.nop_rewards = verdict.reward, verdict.rewards
+
+
+async def validate_task(task: Task, pool: SandboxProvider) -> ValidationRow:
+    """Build the task's image, then run the oracle and untouched checks side by side."""
+    row = ValidationRow(name=task.name, category=task.category, difficulty=task.difficulty)
+    started = time.monotonic()
+    if not task.solution_path:
+        row.problems.append("no reference solution (solution/solve.sh or solution.sh)")
+    try:
+        with anyio.fail_after(task.build_timeout_s + _SLACK_S):
+            await pool.ensure_image(task)
+    except TimeoutError:
+        row.problems.append(f"build: did not finish within {task.build_timeout_s:g}s")
+    except Exception as exc:  # reported in the table; the other tasks go on
+        row.problems.append(_problem("build", exc))
+    row.build_s = time.monotonic() - started
+    if row.problems:
+        row.duration_s = row.build_s
+        return row
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_oracle_check, pool, task, row)
+        tg.start_soon(_nop_check, pool, task, row)
+    row.duration_s = time.monotonic() - started
+    return row
+
+
+async def validate(
+    tasks: list[Task], pool: SandboxProvider, *, concurrency: int = 2
+) -> list[ValidationRow]:
+    """Validate every task, ``concurrency`` at a time; rows in the order of ``tasks``."""
+    rows: list[ValidationRow | None] = [None] * len(tasks)
+    limiter = anyio.CapacityLimiter(max(1, concurrency))
+
+    async def one(index: int, task: Task) -> None:
+        async with limiter:
+            rows[index] = await validate_task(task, pool)
+
+    async with anyio.create_task_group() as tg:
+        for index, task in enumerate(tasks):
+            tg.start_soon(one, index, task)
+    return [row for row in rows if row is not None]

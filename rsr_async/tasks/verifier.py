@@ -1,0 +1,302 @@
+"""Grade a finished episode the way the reference harnesses do.
+
+Harbor: upload ``tests/`` to ``/tests``, run ``/tests/test.sh`` under the verifier
+timeout, then read ``/logs/verifier/reward.json`` (a flat map name → number) or else
+``/logs/verifier/reward.txt`` (one number). Legacy terminal-bench: upload ``tests/`` and
+``run-tests.sh`` to ``/tests``, run it, and parse the pytest summary (resolved = every
+test passed).
+
+A missing, empty or unparseable reward is a :class:`VerificationError` (an
+:class:`~rsr_async.errors.VerifierError`, i.e. infrastructure, never a zero). The tests
+and reward files are removed again afterwards, so an agent that keeps acting in the same
+container (RSRT's hidden-verifier loop) never sees them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import msgspec
+import orjson
+
+from ..errors import SandboxError, TaskError, VerifierError
+from ..sandbox.base import Sandbox
+from ..schema import Task
+
+__all__ = [
+    "REWARD_DIR",
+    "TESTS_DIR",
+    "Verification",
+    "VerificationError",
+    "main_reward",
+    "parse_pytest_summary",
+    "parse_reward_json",
+    "parse_reward_txt",
+    "try_verify",
+    "verify",
+]
+
+TESTS_DIR = "/tests"
+REWARD_DIR = "/logs/verifier"
+MAX_OUTPUT_CHARS = 200_000
+"""Verifier output kept with a result: head and tail beyond this."""
+_CONTROL_TIME_S = 30.0
+"""Limit for the small bookkeeping commands (clean-up, reading the reward)."""
+_SLACK_S = 30.0
+"""Extra wall clock over the in-container limit before we give up on the exec itself."""
+
+
+class Verification(msgspec.Struct, kw_only=True):
+    """The verifier's verdict on one sandbox."""
+
+    reward: float | None
+    """Main reward: the ``reward`` key, else the mean of all keys; None when ``error``."""
+    rewards: dict[str, float] = msgspec.field(default_factory=dict)
+    """Every key the verifier wrote (partial credit kept whole)."""
+    output: str = ""
+    """What the test script printed (head/tail-truncated past 200,000 characters)."""
+    error: str | None = None
+    """Why no reward could be read (only from :func:`try_verify`)."""
+    exit_code: int | None = None
+    duration_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        """Full marks: the main reward is 1 (within float noise)."""
+        return self.reward is not None and self.reward >= 1.0 - 1e-9
+
+
+class VerificationError(VerifierError):
+    """The tests ran (or tried to) but left no usable reward; keeps their output."""
+
+    def __init__(self, message: str, *, task: str, output: str = "", exit_code: int | None = None):
+        self.task = task
+        self.output = output
+        self.exit_code = exit_code
+        super().__init__(f"task {task!r}: {message}")
+
+
+# -- parsing (pure) ------------------------------------------------------------------
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    result = float(value)
+    return result if math.isfinite(result) else None
+
+
+def parse_reward_json(text: str) -> dict[str, float]:
+    """A flat JSON object of name → finite number; ValueError otherwise."""
+    if not text.strip():
+        raise ValueError("reward.json is empty")
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"reward.json is not JSON: {exc}") from exc
+    if not isinstance(data, dict) or not data:
+        raise ValueError("reward.json must be a non-empty object of name → number")
+    rewards: dict[str, float] = {}
+    for key, value in data.items():
+        number = _number(value)
+        if number is None:
+            raise ValueError(f"reward.json: {key!r} is {value!r}, not a finite number")
+        rewards[str(key)] = number
+    return rewards
+
+
+def parse_reward_txt(text: str) -> float:
+    """One finite number; ValueError otherwise."""
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError("reward.txt is empty")
+    try:
+        value = float(stripped)
+    except ValueError:
+        raise ValueError(f"reward.txt holds {stripped[:80]!r}, not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"reward.txt holds {stripped!r}, not a finite number")
+    return value
+
+
+def main_reward(rewards: dict[str, float]) -> float:
+    """The ``reward`` key when present, else the mean of all keys."""
+    if "reward" in rewards:
+        return rewards["reward"]
+    return sum(rewards.values()) / len(rewards)
+
+
+_SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(\S+)")
+_COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
+_FINAL = re.compile(r"^=+ .*\b(passed|failed|errors?|no tests ran)\b.* in [\d.]+s")
+
+
+def parse_pytest_summary(output: str) -> dict[str, float]:
+    """Legacy terminal-bench grading from pytest's output.
+
+    Uses the ``short test summary info`` section (``-rA``) when present, else the final
+    ``N passed, M failed in Xs`` line. Resolved (reward 1) only when at least one test ran
+    and every test passed. ValueError when the output holds no pytest result at all.
+    """
+    statuses: dict[str, str] = {}
+    lines = output.splitlines()
+    in_summary = False
+    for line in lines:
+        if "short test summary info" in line:
+            in_summary = True
+            continue
+        if in_summary:
+            match = _SUMMARY_LINE.match(line.strip())
+            if match:
+                statuses[match.group(2)] = match.group(1)
+    if statuses:
+        passed = sum(1 for s in statuses.values() if s in ("PASSED", "XFAIL"))
+        failed = sum(1 for s in statuses.values() if s in ("FAILED", "ERROR", "XPASS"))
+    else:
+        final = [line for line in lines if _FINAL.match(line.strip())]
+        if not final:
+            raise ValueError("no pytest summary found in the test output")
+        counts: dict[str, int] = {}
+        for number, kind in _COUNTS.findall(final[-1]):
+            counts[kind.rstrip("s") if kind.startswith("error") else kind] = int(number)
+        passed = counts.get("passed", 0) + counts.get("xfailed", 0)
+        failed = counts.get("failed", 0) + counts.get("error", 0) + counts.get("xpassed", 0)
+    total = passed + failed
+    resolved = 1.0 if total > 0 and failed == 0 else 0.0
+    # Partial credit as a share, like every other reward key, never as a count.
+    return {"reward": resolved, "tests_passed": passed / total if total else 0.0}
+
+
+def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters omitted ...]\n{text[-half:]}"
+
+
+# -- running -------------------------------------------------------------------------
+
+
+async def _control(sandbox: Sandbox, command: str) -> str:
+    with anyio.fail_after(_CONTROL_TIME_S + _SLACK_S):
+        result = await sandbox.run(command, time_limit=_CONTROL_TIME_S)
+    if result.exit_code != 0:
+        raise SandboxError(f"sandbox {sandbox.id}: {command!r} failed: {result.output[-500:]}")
+    return result.output
+
+
+async def _upload_tests(sandbox: Sandbox, task: Task) -> str:
+    """Put the hidden tests in place; returns the command that runs them."""
+    tests = Path(task.tests_dir)
+    await sandbox.upload(tests, TESTS_DIR)
+    if task.format == "terminal-bench":
+        script = Path(task.path) / task.test_script
+        await sandbox.upload(script, f"{TESTS_DIR}/{task.test_script}")
+    return f"bash {TESTS_DIR}/{task.test_script}"
+
+
+async def _read_reward(sandbox: Sandbox) -> tuple[str, str]:
+    """(kind, text) where kind is ``json``, ``txt`` or ``none``."""
+    marker = uuid.uuid4().hex
+    out = await _control(
+        sandbox,
+        f"if [ -f {REWARD_DIR}/reward.json ]; then echo json{marker}; cat {REWARD_DIR}/reward.json; "
+        f"elif [ -f {REWARD_DIR}/reward.txt ]; then echo txt{marker}; cat {REWARD_DIR}/reward.txt; "
+        f"else echo none{marker}; fi",
+    )
+    head, _, body = out.partition(marker)
+    return head.strip().rsplit("\n", 1)[-1], body.removeprefix("\r\n").removeprefix("\n")
+
+
+async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = None) -> Verification:
+    """Run the task's hidden tests in ``sandbox`` (after the agent is done) and read the reward.
+
+    Raises :class:`VerificationError` when the tests time out or leave no usable reward,
+    :class:`~rsr_async.errors.SandboxError` when the sandbox itself fails, and
+    :class:`~rsr_async.errors.TaskError` when the task has no tests.
+    """
+    if not task.tests_dir:
+        raise TaskError("task has no tests directory", task=task.name, path=task.path)
+    limit = task.verifier_timeout_s if time_limit is None else time_limit
+    started = time.monotonic()
+    try:
+        # A reward planted by the agent, or left by an earlier verification, must not count.
+        await _control(sandbox, f"rm -rf {TESTS_DIR} {REWARD_DIR} && mkdir -p {REWARD_DIR}")
+        command = await _upload_tests(sandbox, task)
+        env = dict(task.verifier_env)
+        if task.format == "terminal-bench":
+            env.setdefault("TEST_DIR", TESTS_DIR)
+        try:
+            with anyio.fail_after(limit + _SLACK_S):
+                result = await sandbox.run(command, time_limit=limit, env=env, workdir=task.workdir)
+        except TimeoutError:
+            raise VerificationError(
+                f"verifier did not finish within {limit:g}s (and the exec did not return)", task=task.name
+            ) from None
+        output = _truncate(result.output)
+        if result.timed_out:
+            raise VerificationError(
+                f"verifier timed out after {limit:g}s", task=task.name, output=output, exit_code=result.exit_code
+            )
+        if task.format == "terminal-bench":
+            try:
+                rewards = parse_pytest_summary(result.output)
+            except ValueError as exc:
+                raise VerificationError(
+                    f"{task.test_script} exited {result.exit_code}: {exc}",
+                    task=task.name,
+                    output=output,
+                    exit_code=result.exit_code,
+                ) from exc
+        else:
+            kind, text = await _read_reward(sandbox)
+            try:
+                if kind == "json":
+                    rewards = parse_reward_json(text)
+                elif kind == "txt":
+                    rewards = {"reward": parse_reward_txt(text)}
+                else:
+                    raise ValueError(f"no {REWARD_DIR}/reward.json or reward.txt was written")
+            except ValueError as exc:
+                raise VerificationError(
+                    f"test.sh exited {result.exit_code}: {exc}",
+                    task=task.name,
+                    output=output,
+                    exit_code=result.exit_code,
+                ) from exc
+        return Verification(
+            reward=main_reward(rewards),
+            rewards=rewards,
+            output=output,
+            exit_code=result.exit_code,
+            duration_s=time.monotonic() - started,
+        )
+    finally:
+        await _cleanup(sandbox)
+
+
+async def _cleanup(sandbox: Sandbox) -> None:
+    """Remove the tests and reward files, even when the verification was cancelled."""
+    failing = sys.exc_info()[1] is not None
+    with anyio.CancelScope(shield=True):
+        try:
+            await _control(sandbox, f"rm -rf {TESTS_DIR} {REWARD_DIR}")
+        except (SandboxError, TimeoutError):
+            # A broken sandbox is reported by the error already propagating; the container
+            # is discarded with it, tests and all.
+            if not failing:
+                raise
+
+
+async def try_verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = None) -> Verification:
+    """Like :func:`verify`, but a verifier error becomes ``Verification(reward=None, error=...)``."""
+    try:
+        return await verify(sandbox, task, time_limit=time_limit)
+    except VerificationError as exc:
+        return Verification(reward=None, output=exc.output, error=str(exc), exit_code=exc.exit_code)

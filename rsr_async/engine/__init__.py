@@ -27,6 +27,7 @@ from .signals import (
     exit_code,
     run_async,
     shutdown_on_signals,
+    tune_gc,
 )
 from .store import FINISHED, JobRow, Store, resume_view
 
@@ -58,4 +59,5 @@ __all__ = [
     "run_async",
     "resume_view",
     "shutdown_on_signals",
+    "tune_gc",
 ]

@@ -25,6 +25,7 @@ Exit codes (:func:`exit_code`):
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -42,6 +43,7 @@ __all__ = [
     "exit_code",
     "run_async",
     "shutdown_on_signals",
+    "tune_gc",
 ]
 
 EXIT_OK: Final = 0
@@ -104,8 +106,30 @@ def exit_code(stats: EngineStats, signals: SignalState | None = None) -> int:
     return EXIT_OK
 
 
-def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``anyio.run`` on asyncio, with uvloop when it is installed (CLI entry points only)."""
+GC_THRESHOLDS: Final = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """Make the cyclic garbage collector cheap for an engine process (CLI entry points only).
+
+    Thousands of live episodes keep a few hundred thousand GC-tracked objects (tasks,
+    coroutines, cancel scopes, trajectories); with CPython's default thresholds the
+    collector walks them often enough to stall the loop for tens to hundreds of ms
+    (measured: loop lag p99 ~200 ms at 4,096 episodes). ``gc.freeze()`` moves everything
+    alive at start-up (modules, classes, functions) out of the collector's sight, and
+    higher thresholds make full collections rare. Process-wide, so never done by the
+    library itself.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def run_async(fn: Callable[..., Awaitable[T]], *args: Any, gc_tuning: bool = True) -> T:
+    """``anyio.run`` on asyncio, with uvloop when it is installed and :func:`tune_gc`
+    (CLI entry points only)."""
+    if gc_tuning:
+        tune_gc()
     try:
         import uvloop  # noqa: F401
     except ImportError:

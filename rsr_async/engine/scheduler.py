@@ -47,6 +47,7 @@ __all__ = ["Engine", "EngineStats", "StageStats"]
 _RESULT_STATUSES = frozenset({"succeeded", "failed", "infra_error", "cancelled"})
 _DEFAULT_MODEL_JOB_DEADLINE_S = 600.0
 _CANCEL_STORE_TIMEOUT_S = 30.0
+_COMMIT_TIMEOUT_S = 60.0
 
 
 class StageStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -206,6 +207,7 @@ class Engine:
         self._slots = anyio.Semaphore(config.run.concurrency)
         self._stages: dict[str, _StageCounts] = {}
         self._runs: set[_Run] = set()
+        self._active_keys: set[str] = set()
         self._shutdown: Literal["none", "draining", "cancelling"] = "none"
         self._shutdown_event: anyio.Event | None = None
         self._started = 0.0
@@ -382,6 +384,9 @@ class Engine:
             seen: set[str] = set()
             dupes = sorted({k for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
             raise ValueError(f"duplicate job keys ({len(dupes)}), e.g. {dupes[:3]}")
+        for job in job_list:
+            if isinstance(job.spec, EpisodeSpec) and job.spec.key != job.key:
+                raise ValueError(f"job {job.key}: its EpisodeSpec has another key ({job.spec.key})")
         rerun_set = frozenset(rerun)
         if rerun_set & FINISHED and "pending" not in rerun_set:
             raise ValueError("rerun must include 'pending'")
@@ -391,6 +396,13 @@ class Engine:
         self, jobs: list[Job], keys: list[str], stage: str, rerun: frozenset[str]
     ) -> AsyncIterator[EpisodeResult]:
         assert self._tg is not None
+        busy = self._active_keys.intersection(keys)
+        if busy:
+            raise ValueError(
+                f"{len(busy)} job keys are already being run by another run() of this engine, "
+                f"e.g. {sorted(busy)[:3]}"
+            )
+        self._active_keys.update(keys)
         counts = self._stages.get(stage)
         if counts is None:
             counts = self._stages[stage] = _StageCounts(started_at=time.monotonic())
@@ -407,6 +419,7 @@ class Engine:
         finally:
             run.scope.cancel()  # the consumer stopped reading: stop its jobs too
             self._runs.discard(run)
+            self._active_keys.difference_update(keys)
 
     async def _schedule(
         self,
@@ -430,7 +443,7 @@ class Engine:
                 counts.total += len(jobs)
                 counts.skipped += len(jobs) - len(todo)
                 if new:
-                    await self._wait(store.register(new, stage=run.stage))
+                    await self._wait(store.register(new))
                 store.log_event(
                     {
                         "event": "run",
@@ -598,7 +611,17 @@ class Engine:
                 "error": (result.error or "")[:300] or None,
             }
         )
-        await self._wait(future)
+        # Shielded: once the runner is done, its result must reach the store and the
+        # counters even if a cancellation arrives while the batch commits.
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.fail_after(_COMMIT_TIMEOUT_S):
+                    await self._wait(future)
+            except TimeoutError as exc:
+                raise StoreError(
+                    f"{store.path}: the store writer did not commit job {key} within "
+                    f"{_COMMIT_TIMEOUT_S:g} s (disk stalled?)"
+                ) from exc
         counts = run.counts
         status = result.status
         if status == "succeeded":

@@ -288,6 +288,8 @@ class Store:
             path = path / DB_NAME
         if not path.is_file():
             raise StoreError(f"{path}: no run database here (expected {DB_NAME} in a run directory)")
+        if path.stat().st_size == 0:  # created, not yet written: not corrupt, just not there
+            raise StoreError(f"{path}: the run database is empty (a run that is just starting?)")
         store = cls(path, readonly=True)
         _check_header(path)
         try:
@@ -451,11 +453,11 @@ class Store:
         return future
 
     def register(
-        self, jobs: Sequence[Job], *, stage: str | None = None, wait: bool = True
+        self, jobs: Sequence[Job], *, wait: bool = True
     ) -> concurrent.futures.Future[Any] | None:
         """Insert ``pending`` rows for jobs not in the store yet (existing rows untouched)."""
         now = time.time()
-        return self._submit("register", [(job, stage, now) for job in jobs], wait)
+        return self._submit("register", [(job, now) for job in jobs], wait)
 
     def mark_running(
         self, key: str, *, wait: bool = False
@@ -589,16 +591,16 @@ class Store:
             events.flush()
 
     @staticmethod
-    def _write_register(writer: sqlite3.Connection, items: list[tuple[Job, str | None, float]]) -> None:
+    def _write_register(writer: sqlite3.Connection, items: list[tuple[Job, float]]) -> None:
         rows = []
-        for job, stage, now in items:
+        for job, now in items:
             key = job.key
             spec_blob, spec_codec = _pack(encode(job.spec))
             kind = "model" if isinstance(job.spec, ModelJobSpec) else "episode"
             rows.append(
                 (
                     str(key),
-                    stage or key.stage,
+                    key.stage,
                     key.task,
                     key.harness,
                     key.attempt,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rsr_async.engine import Store
+from rsr_async.errors import StoreError
 from tests.conftest import PYTHON, REPO, run_cli_env
 
 DRIVER = REPO / "tests" / "engine" / "crash_driver.py"
@@ -38,7 +39,11 @@ def _wait_for_rows(run_dir: Path, status: str, at_least: int, proc: subprocess.P
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         if (run_dir / "run.db").exists():
-            store = Store.open_readonly(run_dir)
+            try:
+                store = Store.open_readonly(run_dir)
+            except StoreError:  # created a moment ago, not written yet
+                time.sleep(0.05)
+                continue
             try:
                 if store.counts()[status] >= at_least:
                     return

@@ -349,3 +349,25 @@ async def test_limits(tmp_path: Path) -> None:
     async with Engine(config(20), runner=runner, run_dir=tmp_path, limits=limits) as engine:
         await collect(engine, make_jobs(30))
     assert peak == 3
+
+
+async def test_concurrent_runs_share_the_limit_and_refuse_overlapping_keys(tmp_path: Path) -> None:
+    runner = FakeRunner(latency_s=(0.01, 0.05))
+    async with Engine(config(6), runner=runner, run_dir=tmp_path) as engine:
+        plan, execute = make_jobs(30, stage="plan"), make_jobs(30, stage="execute")
+        results: dict[str, int] = {}
+
+        async def consume(jobs: list[Job], stage: str) -> None:
+            async for _ in engine.run(jobs, stage=stage):
+                results[stage] = results.get(stage, 0) + 1
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume, plan, "plan")
+            tg.start_soon(consume, execute, "execute")
+            await anyio.sleep(0.01)
+            with pytest.raises(ValueError, match="already being run"):
+                await engine.run(plan[:2], stage="plan").__anext__()
+        stats = engine.statistics()
+    assert results == {"plan": 30, "execute": 30}
+    assert runner.max_running == 6
+    assert set(stats.stages) == {"plan", "execute"} and stats.succeeded == 60

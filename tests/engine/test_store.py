@@ -199,3 +199,11 @@ def test_readonly_refuses_writes_and_missing_dirs(tmp_path: Path) -> None:
         store.register(make_jobs(1))
     with pytest.raises(StoreError, match="no run database"):
         Store.open_readonly(tmp_path / "elsewhere")
+
+
+def test_an_empty_file_is_a_new_database_not_a_corrupt_one(tmp_path: Path) -> None:
+    (tmp_path / "run.db").touch()  # killed right after SQLite created the file
+    with pytest.raises(StoreError, match="empty"):
+        Store.open_readonly(tmp_path)
+    with Store.open(tmp_path) as store:
+        assert store.counts()["pending"] == 0

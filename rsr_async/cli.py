@@ -26,12 +26,12 @@ class Subcommand(NamedTuple):
 
 
 COMMANDS: dict[str, Subcommand] = {
-    "run": Subcommand("run the pipeline's discover stage on a dataset", None, 7),
-    "tasks": Subcommand("list and validate task datasets", None, 6),
-    "images": Subcommand("bootstrap the offline base image, build task images", None, 3),
-    "sandbox": Subcommand("manage sandboxes (gc of leftover containers)", None, 3),
-    "sim-server": Subcommand("run the SGLang-compatible simulator server", None, 4),
-    "serve": Subcommand("start real SGLang servers (GPU hosts)", None, 4),
+    "run": Subcommand("run the pipeline's discover stage on a dataset", "rsr_async.rsr.commands", 7),
+    "tasks": Subcommand("list and validate task datasets", "rsr_async.tasks.commands", 6),
+    "images": Subcommand("bootstrap the offline base image, build task images", "rsr_async.sandbox.image_commands", 3),
+    "sandbox": Subcommand("manage sandboxes (gc of leftover containers)", "rsr_async.sandbox.commands", 3),
+    "sim-server": Subcommand("run the SGLang-compatible simulator server", "rsr_async.llm.commands", 4),
+    "serve": Subcommand("start real SGLang servers (GPU hosts)", "rsr_async.llm.serve", 4),
     "rewrite": Subcommand("plan, critique and execute runbooks from successes", None, 9),
     "verify": Subcommand("verify and leak-audit rewritten trajectories", None, 9),
     "export": Subcommand("export SFT data, the direct-SFT baseline and ATIF", None, 10),

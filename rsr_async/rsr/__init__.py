@@ -1,0 +1,1 @@
+"""The RSR pipeline: discover (now), then plan, critique, execute, verify (later issues)."""

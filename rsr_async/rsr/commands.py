@@ -1,0 +1,164 @@
+"""``python -m rsr_async run``: the discover stage on a dataset (Terminus 2 for now).
+
+With no ``--llm-url`` it starts the embedded SGLang simulator (subprocesses, so the
+model side has its own core) with the scripted stand-in model, and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, load_config
+from ..engine import Engine
+from ..engine.signals import exit_code, run_async, shutdown_on_signals
+from ..engine.store import resume_view
+from ..errors import ConfigError, TaskError
+from ..llm import ModelRouter, spawn_sim_servers
+from ..sandbox import SandboxPool, bootstrap_base_image
+from ..schema import Task
+from ..tasks import BUNDLED_SUITE, load_dataset
+from .discover import STAGE, discover_jobs
+from .episode import EpisodeRunner
+from .summary import render_summary, summarise, write_summary
+
+SCRIPTED_NOTICE = (
+    "No --llm-url given: starting the embedded SGLang simulator with the scripted "
+    "stand-in model. It is a TEST DOUBLE that types the tasks' reference solutions with "
+    "a seeded probability; its pass rates are not a model's results."
+)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config`` and ``--set``, shared by every command that reads the config."""
+    parser.add_argument(
+        "--config", action="append", default=[], metavar="FILE",
+        help="config file laid over the defaults (a path, or a name in configs/: 'paper'); repeatable",
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override one setting, e.g. --set llm.temperature=0.7; repeatable",
+    )
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--dataset", action="append", default=[], metavar="PATH",
+                        help="task directory or list file (default: the bundled suite); repeatable")
+    parser.add_argument("--concurrency", type=int, help="episodes in flight (run.concurrency)")
+    parser.add_argument("--attempts", type=int, help="attempts per task and harness (run.attempts)")
+    parser.add_argument("--run-dir", help="run directory (default: runs/discover-<config hash>)")
+    parser.add_argument("--llm-url", action="append", default=[], metavar="URL",
+                        help="SGLang server or router URL; repeatable (default: embedded simulator)")
+    parser.add_argument("--sim-servers", type=int, default=1,
+                        help="embedded simulator processes when no --llm-url (default 1)")
+    parser.add_argument("--force", action="store_true",
+                        help="resume even though the run directory was started with another config")
+    parser.add_argument("--progress", choices=["auto", "rich", "plain", "none"],
+                        help="live display (engine.progress)")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+
+
+def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    values: dict[str, dict[str, Any]] = {"run": {}, "llm": {}, "engine": {}}
+    if args.concurrency is not None:
+        values["run"]["concurrency"] = args.concurrency
+    if args.attempts is not None:
+        values["run"]["attempts"] = args.attempts
+    if args.run_dir:
+        values["run"]["run_dir"] = args.run_dir
+    if args.dataset:
+        values["run"]["dataset"] = args.dataset
+    if args.llm_url:
+        values["llm"]["urls"] = args.llm_url
+    if args.progress:
+        values["engine"]["progress"] = args.progress
+    if args.metrics_port is not None:
+        values["engine"]["metrics_port"] = args.metrics_port
+    return {k: v for k, v in values.items() if v}
+
+
+def default_run_dir(config: Config, sources: list[str]) -> Path:
+    """``runs/discover-<hash>``: the same command (same settings) resumes the same run."""
+    view = {"config": resume_view(config.to_dict()), "dataset": sources}
+    digest = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:10]
+    return Path("runs") / f"{STAGE}-{digest}"
+
+
+def main(args: argparse.Namespace) -> int:
+    config = load_config(args.config, args.set, _flag_values(args))
+    if args.sim_servers < 1:
+        raise ConfigError("--sim-servers: expected a number >= 1")
+    sources = [str(Path(s).resolve()) for s in config.run.dataset] or [str(BUNDLED_SUITE)]
+    dataset = load_dataset(sources)
+    for error in dataset.errors:
+        print(f"warning: skipped a malformed task: {error}", file=sys.stderr)
+    if not dataset.tasks:
+        raise TaskError(f"no loadable task in {', '.join(sources)}")
+    run_dir = Path(config.run.run_dir) if config.run.run_dir else default_run_dir(config, sources)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = run_dir.resolve()
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    tasks_dir = Path(sources[0]) if len(sources) == 1 else None
+    return run_async(_run, config, dataset.tasks, run_dir, tasks_dir, args.force, args.sim_servers)
+
+
+async def _run(
+    config: Config,
+    tasks: list[Task],
+    run_dir: Path,
+    tasks_dir: Path | None,
+    force: bool,
+    sim_servers: int,
+) -> int:
+    await bootstrap_base_image(config.sandbox)  # idempotent: skips when present
+    started = time.monotonic()
+    scripted = not config.llm.urls
+    async with AsyncExitStack() as stack:
+        urls = list(config.llm.urls)
+        if scripted:
+            print(SCRIPTED_NOTICE, file=sys.stderr)
+            urls = await stack.enter_async_context(
+                spawn_sim_servers(config.sim, count=sim_servers, tasks_dir=tasks_dir)
+            )
+        model = await stack.enter_async_context(ModelRouter(config.llm, urls=urls))
+        run_id = f"{STAGE}-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:12]}"
+        pool = await stack.enter_async_context(
+            SandboxPool(config.sandbox, run_id=run_id, run_dir=run_dir)
+        )
+        runner = EpisodeRunner(pool=pool, model=model, harness=config.harness)
+        gauges = {
+            "sandboxes": lambda: float(pool.statistics().live),
+            "cached_share": lambda: model.statistics().usage.cached_share,
+        }
+        engine = await stack.enter_async_context(
+            Engine(config, runner=runner, run_dir=run_dir, force=force, gauges=gauges)
+        )
+        done_here = 0
+        async with shutdown_on_signals(engine) as signals:
+            async for _ in engine.run(discover_jobs(tasks, config), stage=STAGE):
+                done_here += 1
+        summary = summarise(
+            engine.store,
+            stage=STAGE,
+            model=model.model_name,
+            scripted_model=scripted,
+            tasks=len(tasks),
+            attempts=config.run.attempts,
+            wall_s=time.monotonic() - started,
+            episodes_this_run=done_here,
+            peak_sandboxes=pool.statistics().peak_live,
+        )
+        path = write_summary(summary, run_dir)
+        code = exit_code(engine.statistics(), signals)
+    from rich.console import Console
+
+    Console(stderr=True).print(render_summary(summary))
+    print(f"summary: {path}", file=sys.stderr)
+    return code

@@ -1,0 +1,138 @@
+"""The end-of-run summary: computed from the store, so it always agrees with it.
+
+Counts (episodes, solved tasks, pass@k, tokens, infrastructure errors) cover every job
+of the stage in the run directory, across resumes. Throughput (``wall_s``,
+``episodes_per_min``, ``peak_sandboxes``) covers this invocation only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import msgspec
+
+from ..analysis.passk import mean_pass_at_k
+from ..engine.store import Store
+from ..schema import Usage
+
+__all__ = ["RunSummary", "render_summary", "summarise", "write_summary"]
+
+
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``summary.json`` holds (snake_case keys)."""
+
+    stage: str
+    model: str
+    scripted_model: bool
+    """True when the answers came from the scripted stand-in (a test double, not a model)."""
+    tasks: int
+    attempts: int
+    """Attempts per (task, harness) asked for."""
+    episodes: int
+    """Jobs of the stage with a final status (succeeded, failed, infra_error, cancelled)."""
+    succeeded: int
+    failed: int
+    infra_errors: int
+    cancelled: int
+    pending: int
+    solved_tasks: int
+    """Tasks with at least one successful episode."""
+    pass_at_1: float
+    pass_at_k: float
+    k: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cached_share: float
+    wall_s: float
+    episodes_this_run: int
+    episodes_per_min: float
+    peak_sandboxes: int
+
+
+def summarise(
+    store: Store,
+    *,
+    stage: str,
+    model: str,
+    scripted_model: bool,
+    tasks: int,
+    attempts: int,
+    wall_s: float,
+    episodes_this_run: int,
+    peak_sandboxes: int,
+) -> RunSummary:
+    counts = store.counts(stage=stage)
+    per_task: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for row in store.rows(stage=stage, status=("succeeded", "failed")):
+        entry = per_task[(row.task, row.harness)]
+        entry[0] += 1
+        entry[1] += row.status == "succeeded"
+    solved = {task for (task, _), (_, c) in per_task.items() if c > 0}
+    usage = Usage()
+    for result in store.results(stage=stage):
+        usage = usage + result.usage
+    pairs = [(n, c) for n, c in per_task.values()]
+    k = max(1, attempts)
+    final = counts["succeeded"] + counts["failed"] + counts["infra_error"] + counts["cancelled"]
+    return RunSummary(
+        stage=stage,
+        model=model,
+        scripted_model=scripted_model,
+        tasks=tasks,
+        attempts=attempts,
+        episodes=final,
+        succeeded=counts["succeeded"],
+        failed=counts["failed"],
+        infra_errors=counts["infra_error"],
+        cancelled=counts["cancelled"],
+        pending=counts["pending"] + counts["running"],
+        solved_tasks=len(solved),
+        pass_at_1=mean_pass_at_k(pairs, 1),
+        pass_at_k=mean_pass_at_k(pairs, k),
+        k=k,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cached_tokens=usage.cached_tokens,
+        cached_share=usage.cached_share,
+        wall_s=wall_s,
+        episodes_this_run=episodes_this_run,
+        episodes_per_min=episodes_this_run / (wall_s / 60) if wall_s > 0 else 0.0,
+        peak_sandboxes=peak_sandboxes,
+    )
+
+
+def write_summary(summary: RunSummary, run_dir: Path) -> Path:
+    path = run_dir / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n")
+    tmp.replace(path)  # atomic: a reader never sees half a summary
+    return path
+
+
+def render_summary(summary: RunSummary) -> object:
+    """A rich Table of the summary."""
+    from rich.table import Table
+
+    table = Table(title=f"{summary.stage}: {summary.model}", show_header=False)
+    rows = [
+        ("tasks", f"{summary.tasks}"),
+        ("attempts per task", f"{summary.attempts}"),
+        ("episodes", f"{summary.episodes} ({summary.succeeded} succeeded, {summary.failed} failed)"),
+        ("solved tasks", f"{summary.solved_tasks} / {summary.tasks}"),
+        ("pass@1", f"{summary.pass_at_1:.3f}"),
+        *([(f"pass@{summary.k}", f"{summary.pass_at_k:.3f}")] if summary.k > 1 else []),
+        ("tokens (prompt / completion)", f"{summary.prompt_tokens:,} / {summary.completion_tokens:,}"),
+        ("cached share of prompt tokens", f"{summary.cached_share:.1%}"),
+        ("episodes/min (this run)", f"{summary.episodes_per_min:.1f}"),
+        ("wall time (this run)", f"{summary.wall_s:.1f} s"),
+        ("peak live sandboxes", f"{summary.peak_sandboxes}"),
+        ("infrastructure errors", f"{summary.infra_errors}"),
+        ("cancelled / unfinished", f"{summary.cancelled} / {summary.pending}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    if summary.scripted_model:
+        table.caption = "scripted stand-in model: a test double, not a model's results"
+    return table

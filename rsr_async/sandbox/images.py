@@ -276,8 +276,11 @@ async def build_task_image(
     url: str,
     api_timeout_s: float,
     log_dir: Path | None = None,
-) -> str:
-    """Build ``task``'s image on this host unless its content-hash tag exists; return the tag."""
+) -> tuple[str, bool]:
+    """Build ``task``'s image on this host unless its content-hash tag exists.
+
+    Returns the tag and whether a build ran (False: the cached image was there).
+    """
     env_dir = Path(task.environment_dir) if task.environment_dir else None
     if env_dir is None or not env_dir.is_dir():
         raise _not_retryable(
@@ -306,7 +309,7 @@ async def build_task_image(
     tag = task_image_tag(task.name, digest)
     with docker_errors(f"task {task.name!r}: image", url=url):
         if await image_id(docker, tag, timeout_s=api_timeout_s) is not None:
-            return tag
+            return tag, False
     context = await anyio.to_thread.run_sync(_context_tar, env_dir)
     lines: list[str] = []
     try:
@@ -351,7 +354,7 @@ async def build_task_image(
             log=log,
         ) from exc
     await _save_log(log_dir, tag, "".join(lines))
-    return tag
+    return tag, True
 
 
 def _not_retryable(error: ImageError) -> ImageError:

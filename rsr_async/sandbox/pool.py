@@ -343,14 +343,22 @@ class SandboxPool:
         """The task's image tag, present on every host (built once, cached by content hash)."""
         if not self._hosts:
             raise SandboxError("SandboxPool used outside `async with`")
+        if len(self._hosts) == 1:
+            return await self._ensure_on(self._hosts[0], task)
         tags: list[str] = []
-        async with anyio.create_task_group() as tg:
+        errors: list[Exception] = []
 
-            async def one(host: DockerHost) -> None:
+        async def one(host: DockerHost) -> None:
+            try:
                 tags.append(await self._ensure_on(host, task))
+            except Exception as exc:  # raised below, unwrapped, once every host is done
+                errors.append(exc)
 
+        async with anyio.create_task_group() as tg:
             for host in self._hosts:
                 tg.start_soon(one, host)
+        if errors:
+            raise errors[0]
         return tags[0]
 
     async def _ensure_on(self, host: DockerHost, task: Task) -> str:
@@ -372,7 +380,7 @@ class SandboxPool:
 
         async def build() -> str:
             async with self._build_limiter:
-                tag = await build_task_image(
+                tag, built = await build_task_image(
                     host.docker,
                     task,
                     base_image=self.config.base_image,
@@ -380,7 +388,7 @@ class SandboxPool:
                     api_timeout_s=timeout,
                     log_dir=self.run_dir / "builds" if self.run_dir else None,
                 )
-            self._images_built += 1
+            self._images_built += built
             return tag
 
         return await self._builds.get(key, build)

@@ -4,7 +4,8 @@ Throughput: one simulator in its own process (so client and server do not share 
 a fixed ~10 ms per request (reply tokens x decode time), then at each concurrency the
 client (``SGLangClient``: httpx API over our aiohttp transport, native ``/generate`` with
 the client-side chat template) and a raw aiohttp client post the same request for the
-same duration, interleaved. ``ratio = client_rps / raw_rps``. Also reported: client-side
+same duration, in alternating pairs. ``ratio`` is the median of the pairs'
+``client_rps / raw_rps``. Also reported: client-side
 CPU time per request (the honest overhead figure when the server is the bottleneck).
 
 Cache: 4 simulators (subprocesses), 200 multi-turn episodes through ``ModelRouter`` with
@@ -90,21 +91,21 @@ async def _throughput(url: str, levels: list[int], duration_s: float, rounds: in
 
         for level in levels:
             samples: dict[str, list[tuple[float, float, int]]] = {"client": [], "raw": []}
+            ratios = []
             for i in range(rounds):
+                # Paired and alternating, so drift in machine load hits both sides alike.
                 order = [("client", via_client), ("raw", via_raw)]
                 for name, call in order if i % 2 == 0 else reversed(order):
                     samples[name].append(await _drive(level, duration_s, call))
-            client_rps = statistics.median(s[0] for s in samples["client"])
-            raw_rps = statistics.median(s[0] for s in samples["raw"])
+                ratios.append(samples["client"][-1][0] / max(samples["raw"][-1][0], 1e-9))
             results[str(level)] = {
-                "client_rps": round(client_rps, 1),
-                "raw_rps": round(raw_rps, 1),
-                "ratio": round(client_rps / raw_rps, 3) if raw_rps else 0.0,
+                "client_rps": round(statistics.median(s[0] for s in samples["client"]), 1),
+                "raw_rps": round(statistics.median(s[0] for s in samples["raw"]), 1),
+                "ratio": round(statistics.median(ratios), 3),
                 "client_cpu_us_per_req": round(statistics.median(s[1] for s in samples["client"])),
                 "raw_cpu_us_per_req": round(statistics.median(s[1] for s in samples["raw"])),
                 "errors": sum(s[2] for v in samples.values() for s in v),
-                "samples_client_rps": [round(s[0], 1) for s in samples["client"]],
-                "samples_raw_rps": [round(s[0], 1) for s in samples["raw"]],
+                "pair_ratios": [round(r, 3) for r in ratios],
             }
     return results
 
@@ -173,7 +174,7 @@ def main(argv: list[str]) -> int:
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--levels", default="64,512", help="concurrency levels")
     p.add_argument("--duration", type=float, default=3.0, help="seconds per sample")
-    p.add_argument("--rounds", type=int, default=3, help="samples per client per level")
+    p.add_argument("--rounds", type=int, default=5, help="paired samples per level")
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--turns", type=int, default=6)
     args = p.parse_args(argv)

@@ -135,6 +135,23 @@ async def test_cancelling_a_call_aborts_it_on_the_server(sims: Callable[..., Any
     assert len(sim.aborted) == 2 and sim.requests_total == 0
 
 
+async def test_abort_request_ends_a_running_request_with_finish_abort(
+    sims: Callable[..., Any],
+) -> None:
+    [sim] = await sims(slow_rate=1.0, slow_s=30.0)
+    results = []
+    async with SGLangClient(sim.url, LLMConfig()) as client:
+        async with anyio.create_task_group() as tg:
+            async def call() -> None:
+                results.append(await client.generate(text=render_chatml(FIRST), rid="abort-me"))
+
+            tg.start_soon(call)
+            await wait_until(lambda: "abort-me" in sim._running)
+            await client.abort("abort-me")
+    assert results[0].finish_reason == "abort" and results[0].text == ""
+    assert sim.aborted == ["abort-me"]
+
+
 async def test_total_deadline_is_enforced(sims: Callable[..., Any]) -> None:
     [sim] = await sims(slow_rate=1.0, slow_s=30.0)
     async with SGLangClient(sim.url, LLMConfig(total_timeout_s=0.3, backoff_s=0.01)) as client:

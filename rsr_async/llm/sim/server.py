@@ -20,6 +20,7 @@ Replies come from :class:`~rsr_async.llm.scripted.ScriptedModel`, a test double.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -105,6 +106,7 @@ class SimServer:
         self._rng = random.Random(self.config.seed)
         self._slots = asyncio.Semaphore(self.config.max_running_requests)
         self._running: dict[str, asyncio.Task[Any]] = {}
+        self._aborts: dict[str, asyncio.Event] = {}
         self._queued = 0
         self.completed: Counter[str] = Counter()
         """Requests answered, per rid (a rid answered twice would show 2)."""
@@ -195,9 +197,9 @@ class SimServer:
     async def _abort_request(self, request: web.Request) -> web.Response:
         body = await request.read()
         rid = (_decode(body) if body else {}).get("rid", "")
-        task = self._running.get(rid)
-        if task is not None:
-            task.cancel()
+        abort = self._aborts.get(rid)
+        if abort is not None:
+            abort.set()
         return web.Response(text="")
 
     async def _stats(self, request: web.Request) -> web.Response:
@@ -275,7 +277,14 @@ class SimServer:
                 decode = n_out * self.config.decode_us_per_token / 1e6
                 delay = prefill + decode + (self.config.slow_s if slow else 0.0)
                 if delay > 0:
-                    await asyncio.sleep(delay)
+                    abort = self._aborts[rid] = asyncio.Event()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(delay):
+                            await abort.wait()
+                    if abort.is_set():
+                        # As SGLang: an aborted request still answers, with finish "abort".
+                        self.aborted.append(rid)
+                        return "", [], cached, "abort"
                 out_ids = self.tokenizer.encode(text)
                 # SGLang caches generated tokens too (up to the end-of-turn token).
                 suffix = self.tokenizer.encode(CHATML_END) if finish == "stop" else []
@@ -287,6 +296,10 @@ class SimServer:
             raise
         finally:
             self._running.pop(rid, None)
+            self._aborts.pop(rid, None)
+        if len(self.completed) > 200_000:  # a test aid; keep long runs' memory flat
+            self.completed.clear()
+            self.aborted.clear()
         self.completed[rid] += 1
         self.requests_total += 1
         self.prompt_tokens_total += len(tokens)
@@ -342,8 +355,8 @@ class SimServer:
         meta = {
             "id": rid, "prompt_tokens": len(tokens), "completion_tokens": len(out_ids),
             "cached_tokens": cached,
-            "finish_reason": {"type": finish, "length": len(out_ids)} if finish == "length"
-            else {"type": "stop", "matched": CHATML_END},
+            "finish_reason": {"type": "stop", "matched": CHATML_END} if finish == "stop"
+            else {"type": finish, "length": len(out_ids)},
         }
         result: dict[str, Any] = {"text": reply, "meta_info": meta}
         if body.get("input_ids") is not None:

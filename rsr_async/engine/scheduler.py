@@ -526,8 +526,9 @@ class Engine:
             self._slots.release()
             slot_held = False
         except anyio.get_cancelled_exc_class():
-            self._slots.release()
-            slot_held = False
+            if slot_held:
+                self._slots.release()
+                slot_held = False
             result = self._ended(job, ctx, started, "cancelled", "cancelled", None)
             counts.running -= 1
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_STORE_TIMEOUT_S):
@@ -613,15 +614,14 @@ class Engine:
         )
         # Shielded: once the runner is done, its result must reach the store and the
         # counters even if a cancellation arrives while the batch commits.
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.fail_after(_COMMIT_TIMEOUT_S):
-                    await self._wait(future)
-            except TimeoutError as exc:
-                raise StoreError(
-                    f"{store.path}: the store writer did not commit job {key} within "
-                    f"{_COMMIT_TIMEOUT_S:g} s (disk stalled?)"
-                ) from exc
+        deadline = anyio.current_time() + _COMMIT_TIMEOUT_S
+        with anyio.CancelScope(shield=True, deadline=deadline) as scope:
+            await self._wait(future)
+        if scope.cancelled_caught:
+            raise StoreError(
+                f"{store.path}: the store writer did not commit job {key} within "
+                f"{_COMMIT_TIMEOUT_S:g} s (disk stalled?)"
+            )
         counts = run.counts
         status = result.status
         if status == "succeeded":

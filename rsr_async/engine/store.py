@@ -494,10 +494,10 @@ class Store:
         """Commit what is queued, stop the writer, close the files and release the lock."""
         if self._closed:
             return
+        self._closed = True  # first: a write that races with close fails loudly, never hangs
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()
-        self._closed = True
         self._release()
 
     def _write_loop(self) -> None:

@@ -53,7 +53,7 @@ async def test_2000_concurrent_jobs_all_run_at_once_and_are_stored(tmp_path: Pat
         counts = engine.store.counts()
     elapsed = time.perf_counter() - start
     assert runner.max_running == 2000  # all in flight together
-    assert elapsed < 15, elapsed  # one after another would take 1000 s
+    assert elapsed < 30, elapsed  # one after another would take 4000 s
     assert sorted(str(r.key) for r in results) == sorted(str(j.key) for j in jobs)
     assert counts["succeeded"] == 2000 and stats.succeeded == 2000 and stats.steps == 4000
     assert stats.running == 0 and stats.pending == 0 and exit_code(stats) == EXIT_OK

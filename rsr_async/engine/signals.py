@@ -24,6 +24,7 @@ Exit codes (:func:`exit_code`):
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import signal
@@ -40,6 +41,8 @@ __all__ = [
     "EXIT_JOB_ERRORS",
     "EXIT_OK",
     "SignalState",
+    "add_engine_arguments",
+    "engine_config_values",
     "exit_code",
     "run_async",
     "shutdown_on_signals",
@@ -104,6 +107,36 @@ def exit_code(stats: EngineStats, signals: SignalState | None = None) -> int:
     if stats.infra_error or stats.cancelled:
         return EXIT_JOB_ERRORS
     return EXIT_OK
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The engine's command-line flags, for subcommands that run an Engine."""
+    group = parser.add_argument_group("engine")
+    group.add_argument("--concurrency", type=int, help="jobs in flight at once (run.concurrency)")
+    group.add_argument("--progress", choices=["auto", "rich", "plain", "none"], help="live display")
+    group.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)"
+    )
+    group.add_argument("--grace-period", type=float, help="seconds to drain after the first Ctrl-C")
+    group.add_argument(
+        "--force", action="store_true", help="resume a run directory even if its config changed"
+    )
+
+
+def engine_config_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags of :func:`add_engine_arguments` as ``load_config(values=...)`` (``--force``
+    is not config: pass ``args.force`` to ``Engine(force=...)``)."""
+    values: dict[str, Any] = {}
+    if getattr(args, "concurrency", None) is not None:
+        values.setdefault("run", {})["concurrency"] = args.concurrency
+    for flag, key in (
+        ("progress", "progress"),
+        ("metrics_port", "metrics_port"),
+        ("grace_period", "grace_period_s"),
+    ):
+        if getattr(args, flag, None) is not None:
+            values.setdefault("engine", {})[key] = getattr(args, flag)
+    return values
 
 
 GC_THRESHOLDS: Final = (50_000, 20, 100)

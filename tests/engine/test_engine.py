@@ -371,3 +371,17 @@ async def test_concurrent_runs_share_the_limit_and_refuse_overlapping_keys(tmp_p
     assert results == {"plan": 30, "execute": 30}
     assert runner.max_running == 6
     assert set(stats.stages) == {"plan", "execute"} and stats.succeeded == 60
+
+
+def test_cli_flags_become_config_values() -> None:
+    import argparse
+
+    from rsr_async.config import load_config
+    from rsr_async.engine import add_engine_arguments, engine_config_values
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    args = parser.parse_args(["--concurrency", "512", "--metrics-port", "9100", "--progress", "plain", "--force"])
+    cfg = load_config(values=engine_config_values(args))
+    assert (cfg.run.concurrency, cfg.engine.metrics_port, cfg.engine.progress) == (512, 9100, "plain")
+    assert args.force and engine_config_values(parser.parse_args([])) == {}

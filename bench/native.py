@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import _common
@@ -38,28 +38,61 @@ _WORDS = (
     "debug passed failed collected items module function return value checksum request "
     "response server client worker queue task job status ready done listening port"
 ).split()
-_COMMANDS = [
-    "ls -la /app",
-    "cat /app/config.json",
-    "cd /app/src && ls",
-    "grep -rn 'def main' /app/src",
-    "python3 -m pytest -q tests/",
-    "pip install -r requirements.txt",
-    "git status",
-    "git diff --stat",
-    "head -n 50 /var/log/app/server.log",
-    "find / -name '*.conf' 2>/dev/null | head",
-    "sqlite3 /app/data.db '.tables'",
-    "make -j4",
-    "python3 solve.py --input /app/data/input_2048.csv --seed 31337",
-    "curl -s localhost:8080/health",
-    "echo 'checksum=9f86d081884c7d65' > /tmp/expected",
-    "sed -i 's/timeout = 30/timeout = 120/' /app/settings.toml",
-    "chmod +x /app/scripts/deploy_release.sh",
-    "tail -f /var/log/syslog",
-    "wc -l /app/data/*.csv",
-    "export DATABASE_URL=postgres://app:app@localhost:5432/app_production",
+_COMMON = ["ls", "ls -la", "pwd", "git status", "git diff --stat", "python3 -m pytest -q tests/"]
+_TEMPLATES = [
+    "ls -la {dir}",
+    "cat {file}",
+    "cd {dir} && ls",
+    "grep -rn '{word}' {dir}",
+    "python3 -m pytest -q {test} -k {word}",
+    "head -n {n} {file}",
+    "sed -i 's/{word}/{word2}/g' {file}",
+    "python3 {file} --seed {n}",
+    "wc -l {file}",
+    "cat {file} | grep -n {word}",
+    "chmod +x {file}",
+    "echo '{token}' > {file}",
+    "sqlite3 {db} 'select count(*) from {word};'",
+    "curl -s localhost:{port}/{word}",
+    "find {dir} -name '*.{ext}'",
 ]
+
+
+class _TaskFiles:
+    """The paths and names one task's commands keep coming back to."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.dirs = [f"/app/{rng.choice(_WORDS)}" for _ in range(3)]
+        self.files = [
+            f"{rng.choice(self.dirs)}/{rng.choice(_WORDS)}_{rng.randint(1, 99)}."
+            f"{rng.choice(['py', 'csv', 'json', 'txt', 'sh'])}"
+            for _ in range(8)
+        ]
+        self.words = rng.sample(_WORDS, 8)
+        self.port = rng.choice([8000, 8080, 5000, 3000])
+
+
+def _command(rng: random.Random, task: _TaskFiles) -> str:
+    if rng.random() < 0.3:
+        return rng.choice(_COMMON)
+    return rng.choice(_TEMPLATES).format(
+        dir=rng.choice(task.dirs),
+        file=rng.choice(task.files),
+        test=f"tests/test_{rng.choice(task.words)}.py",
+        word=rng.choice(task.words),
+        word2=rng.choice(task.words),
+        n=rng.choice([10, 20, 50, 100, 2048, 31337]),
+        token=f"{rng.getrandbits(64):016x}",
+        db=f"{task.dirs[0]}/data.db",
+        port=task.port,
+        ext=rng.choice(["py", "log", "conf"]),
+    )
+
+
+def _turn_keystrokes(rng: random.Random, task: _TaskFiles) -> list[str]:
+    if rng.random() < 0.06:
+        return [f"statem {rng.choice(['cur', 'next', 'goto verify'])}\n"]
+    return [_command(rng, task) + "\n" for _ in range(rng.randint(1, 3))]
 
 
 def _line(rng: random.Random) -> str:
@@ -106,17 +139,14 @@ def make_episode(rng: random.Random, index: int) -> Trajectory:
         + " ".join(rng.choice(_WORDS) for _ in range(120))
     )
     messages = [Message(role="user", content=instruction, origin="task")]
+    task = _TaskFiles(rng)
     previous = ""
     for turn in range(1, TURNS + 1):
-        if rng.random() < 0.06:
-            keystrokes = [f"statem {rng.choice(['cur', 'next', 'goto verify'])}\n"]
-        else:
-            keystrokes = [rng.choice(_COMMANDS) + "\n" for _ in range(rng.randint(1, 3))]
+        keystrokes = _turn_keystrokes(rng, task)
         commands = tuple(Command(keystrokes=k, duration=0.5) for k in keystrokes)
-        reply = '{"analysis": "%s", "plan": "%s", "commands": [...], "task_complete": false}' % (
-            " ".join(rng.choice(_WORDS) for _ in range(40)),
-            " ".join(rng.choice(_WORDS) for _ in range(30)),
-        )
+        analysis = " ".join(rng.choice(_WORDS) for _ in range(40))
+        plan = " ".join(rng.choice(_WORDS) for _ in range(30))
+        reply = f'{{"analysis": "{analysis}", "plan": "{plan}", "commands": [], "task_complete": false}}'
         messages.append(
             Message(role="assistant", content=reply, origin="model", turn=turn, commands=commands)
         )
@@ -138,15 +168,15 @@ def make_episode(rng: random.Random, index: int) -> Trajectory:
     return Trajectory(task=f"task-{index}", harness="terminus2", messages=messages)
 
 
-def _command_lists(episodes: Sequence[Trajectory], count: int) -> list[list[str]]:
-    """``count`` command lists of 50-turn episodes, reusing and shuffling the episodes' commands."""
+def _command_lists(count: int, runs_per_task: int = 10) -> list[list[str]]:
+    """Keystrokes of ``count`` 50-turn episodes: ``runs_per_task`` runs of each task."""
     rng = random.Random(7)
-    base = [e.commands() for e in episodes]
     out = []
+    task = _TaskFiles(rng)
     for i in range(count):
-        commands = list(base[i % len(base)])
-        rng.shuffle(commands)
-        out.append(commands[: rng.randint(len(commands) // 2, len(commands))])
+        if i % runs_per_task == 0:
+            task = _TaskFiles(rng)
+        out.append([k for _ in range(TURNS) for k in _turn_keystrokes(rng, task)])
     return out
 
 
@@ -298,7 +328,7 @@ def main(argv: list[str]) -> int:
     )
 
     # Similarity, all pairs.
-    lists = _command_lists(episodes, args.pairs)
+    lists = _command_lists(args.pairs)
     normalized = [[" ".join(c.split()) for c in cmds if c.split()] for cmds in lists]
     native_order = native_similarity.pairwise_order_similarity(lists)
     assert native_order == pure_similarity.pairwise_order_similarity(lists)

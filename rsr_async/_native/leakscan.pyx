@@ -7,9 +7,9 @@ no Python string is made for a known word. A lookup compares characters on a has
 so the answer is exact, never probabilistic.
 """
 
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
-from libc.stdint cimport uint8_t, uint16_t, uint64_t
+from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from collections.abc import Sequence
@@ -30,44 +30,83 @@ cdef extern from *:
     static inline int rsr_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
     static inline int rsr_clz64(unsigned long long x) { return __builtin_clzll(x); }
 
-    /* Masks of 64 bytes: bit i of *word is set when p[i] is in [A-Za-z0-9_./+~-], bit i
-       of *digit_slash when p[i] is a digit or '/'. SSE2 where there is one (16 bytes per
-       step, no table); the caller's table loop elsewhere. Returns 0 if it did nothing. */
-    static inline int rsr_masks64(const uint8_t *p, uint64_t *word, uint64_t *digit_slash) {
-    #if defined(__SSE2__)
-        uint64_t w = 0, d = 0;
-        int k;
-        for (k = 0; k < 4; k++) {
-            __m128i c = _mm_loadu_si128((const __m128i *)(p + 16 * k));
-            /* Signed compares: bytes >= 0x80 are negative, so never in a range. */
-            __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(c, _mm_set1_epi8('0' - 1)),
-                                          _mm_cmplt_epi8(c, _mm_set1_epi8('9' + 1)));
-            __m128i lower = _mm_or_si128(c, _mm_set1_epi8(0x20));
-            __m128i letter = _mm_and_si128(_mm_cmpgt_epi8(lower, _mm_set1_epi8('a' - 1)),
-                                           _mm_cmplt_epi8(lower, _mm_set1_epi8('z' + 1)));
-            __m128i slash = _mm_cmpeq_epi8(c, _mm_set1_epi8('/'));
-            __m128i other = _mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(c, _mm_set1_epi8('_')), _mm_cmpeq_epi8(c, _mm_set1_epi8('.'))),
-                _mm_or_si128(
-                    _mm_or_si128(_mm_cmpeq_epi8(c, _mm_set1_epi8('+')), _mm_cmpeq_epi8(c, _mm_set1_epi8('~'))),
-                    _mm_cmpeq_epi8(c, _mm_set1_epi8('-'))));
-            __m128i ds = _mm_or_si128(digit, slash);
-            __m128i any = _mm_or_si128(_mm_or_si128(ds, letter), other);
-            w |= (uint64_t)(uint16_t)_mm_movemask_epi8(any) << (16 * k);
-            d |= (uint64_t)(uint16_t)_mm_movemask_epi8(ds) << (16 * k);
+    /* Character classes of up to 64 bytes as bit masks: bit i describes p[i]. */
+    typedef struct {
+        uint64_t word, digit, zero, letter, hex, slash, dot, dash, plus, under;
+    } rsr_masks;
+
+    static inline void rsr_masks_scalar(const uint8_t *p, int length, rsr_masks *m) {
+        int i;
+        uint64_t b;
+        uint8_t c, lower;
+        m->word = m->digit = m->zero = m->letter = m->hex = 0;
+        m->slash = m->dot = m->dash = m->plus = m->under = 0;
+        for (i = 0; i < length; i++) {
+            c = p[i];
+            b = (uint64_t)1 << i;
+            lower = c | 0x20;
+            if (c >= '0' && c <= '9') { m->digit |= b; if (c == '0') m->zero |= b; }
+            else if (lower >= 'a' && lower <= 'z') { m->letter |= b; if (lower <= 'f') m->hex |= b; }
+            else if (c == '/') m->slash |= b;
+            else if (c == '.') m->dot |= b;
+            else if (c == '-') m->dash |= b;
+            else if (c == '+') m->plus |= b;
+            else if (c == '_') m->under |= b;
+            else if (c != '~') continue;
+            m->word |= b;
         }
-        *word = w;
-        *digit_slash = d;
-        return 1;
-    #else
-        (void)p; (void)word; (void)digit_slash;
-        return 0;
+    }
+
+    /* SSE2 where there is one: 16 bytes per step, no table, no branch per byte. */
+    static inline void rsr_masks64(const uint8_t *p, int length, rsr_masks *m) {
+    #if defined(__SSE2__)
+        if (length == 64) {
+            int k;
+            uint64_t sh;
+            m->word = m->digit = m->zero = m->letter = m->hex = 0;
+            m->slash = m->dot = m->dash = m->plus = m->under = 0;
+            for (k = 0; k < 4; k++) {
+                __m128i c = _mm_loadu_si128((const __m128i *)(p + 16 * k));
+                /* Signed compares: bytes >= 0x80 are negative, so in no range. */
+                __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(c, _mm_set1_epi8('0' - 1)),
+                                              _mm_cmplt_epi8(c, _mm_set1_epi8('9' + 1)));
+                __m128i lower = _mm_or_si128(c, _mm_set1_epi8(0x20));
+                __m128i above_a = _mm_cmpgt_epi8(lower, _mm_set1_epi8('a' - 1));
+                __m128i letter = _mm_and_si128(above_a, _mm_cmplt_epi8(lower, _mm_set1_epi8('z' + 1)));
+                __m128i hex = _mm_and_si128(above_a, _mm_cmplt_epi8(lower, _mm_set1_epi8('f' + 1)));
+                __m128i slash = _mm_cmpeq_epi8(c, _mm_set1_epi8('/'));
+                __m128i dot = _mm_cmpeq_epi8(c, _mm_set1_epi8('.'));
+                __m128i dash = _mm_cmpeq_epi8(c, _mm_set1_epi8('-'));
+                __m128i plus = _mm_cmpeq_epi8(c, _mm_set1_epi8('+'));
+                __m128i under = _mm_cmpeq_epi8(c, _mm_set1_epi8('_'));
+                __m128i tilde = _mm_cmpeq_epi8(c, _mm_set1_epi8('~'));
+                __m128i zero = _mm_cmpeq_epi8(c, _mm_set1_epi8('0'));
+                __m128i word = _mm_or_si128(
+                    _mm_or_si128(_mm_or_si128(digit, letter), _mm_or_si128(slash, dot)),
+                    _mm_or_si128(_mm_or_si128(dash, plus), _mm_or_si128(under, tilde)));
+                sh = 16 * k;
+                m->word |= (uint64_t)(uint16_t)_mm_movemask_epi8(word) << sh;
+                m->digit |= (uint64_t)(uint16_t)_mm_movemask_epi8(digit) << sh;
+                m->zero |= (uint64_t)(uint16_t)_mm_movemask_epi8(zero) << sh;
+                m->letter |= (uint64_t)(uint16_t)_mm_movemask_epi8(letter) << sh;
+                m->hex |= (uint64_t)(uint16_t)_mm_movemask_epi8(hex) << sh;
+                m->slash |= (uint64_t)(uint16_t)_mm_movemask_epi8(slash) << sh;
+                m->dot |= (uint64_t)(uint16_t)_mm_movemask_epi8(dot) << sh;
+                m->dash |= (uint64_t)(uint16_t)_mm_movemask_epi8(dash) << sh;
+                m->plus |= (uint64_t)(uint16_t)_mm_movemask_epi8(plus) << sh;
+                m->under |= (uint64_t)(uint16_t)_mm_movemask_epi8(under) << sh;
+            }
+            return;
+        }
     #endif
+        rsr_masks_scalar(p, length, m);
     }
     """
+    ctypedef struct rsr_masks:
+        uint64_t word, digit, zero, letter, hex, slash, dot, dash, plus, under
     int rsr_ctz64(unsigned long long x) nogil
     int rsr_clz64(unsigned long long x) nogil
-    int rsr_masks64(const uint8_t* p, uint64_t* word, uint64_t* digit_slash) nogil
+    void rsr_masks64(const uint8_t* p, int length, rsr_masks* m) nogil
 
 __all__ = ["LeakScanner", "scan_leaks"]
 
@@ -180,9 +219,17 @@ cdef inline uint64_t _hash_bytes(const uint8_t* p, Py_ssize_t n) noexcept nogil:
         h ^= h >> 31
         p += 8
         n -= 8
-    w = 0
-    memcpy(&w, p, n)
-    h = (h ^ w) * <uint64_t>0x94D049BB133111EB
+    # The tail by fixed-size loads (overlapping is fine: the length is in the seed), so
+    # no variable-size copy stalls the load that follows it.
+    cdef uint32_t lo, hi
+    if n > 0:
+        if n >= 4:
+            memcpy(&lo, p, 4)
+            memcpy(&hi, p + n - 4, 4)
+            w = (<uint64_t>hi << 32) | lo
+        else:
+            w = (<uint64_t>p[0] << 16) | (<uint64_t>p[n >> 1] << 8) | p[n - 1]
+        h = (h ^ w) * <uint64_t>0x94D049BB133111EB
     h ^= h >> 29
     h *= <uint64_t>0xBF58476D1CE4E5B9
     h ^= h >> 32
@@ -255,6 +302,12 @@ cdef inline bint _is_ascii_space(Py_UCS4 c) noexcept nogil:
     return c == 32 or (9 <= c <= 13)
 
 
+cdef struct _Entry:
+    Py_ssize_t start
+    int32_t text
+    int32_t length
+
+
 cdef class LeakScanner:
     """Incremental leak scan of one episode: ``observe`` what the model saw, ``scan`` what it did."""
 
@@ -262,9 +315,12 @@ cdef class LeakScanner:
     cdef int* _kinds
     cdef const void** _datas
     cdef Py_ssize_t _n_texts, _texts_cap
-    cdef uint64_t* _hashes
-    cdef Py_ssize_t* _where  # per slot: text index, start, length
-    cdef Py_ssize_t _cap, _count
+    # The known words: open addressing over 8-byte slots (high half: the hash's top 32
+    # bits; low half: entry number + 1, 0 for empty), entries appended in order. Small,
+    # so an episode's table stays in cache; every entry points back into its text.
+    cdef uint64_t* _slots
+    cdef _Entry* _entries
+    cdef Py_ssize_t _cap, _bits, _count, _entries_cap
     cdef set _reported
     cdef dict _quoted  # quoted value -> texts already searched without a hit
 
@@ -272,66 +328,64 @@ cdef class LeakScanner:
         self._texts = []
         self._reported = set()
         self._quoted = {}
-        self._cap = 1024
-        self._hashes = <uint64_t*>PyMem_Malloc(self._cap * sizeof(uint64_t))
-        self._where = <Py_ssize_t*>PyMem_Malloc(self._cap * 3 * sizeof(Py_ssize_t))
-        if self._hashes == NULL or self._where == NULL:
+        self._bits = 12
+        self._cap = 1 << self._bits
+        self._slots = <uint64_t*>PyMem_Calloc(self._cap, sizeof(uint64_t))
+        self._entries_cap = self._cap // 2 + 1
+        self._entries = <_Entry*>PyMem_Malloc(self._entries_cap * sizeof(_Entry))
+        if self._slots == NULL or self._entries == NULL:
             raise MemoryError()
-        cdef Py_ssize_t i
-        for i in range(self._cap):
-            self._hashes[i] = 0
 
     def __init__(self, instruction=""):
         self.observe(instruction)
 
     def __dealloc__(self):
-        PyMem_Free(self._hashes)
-        PyMem_Free(self._where)
+        PyMem_Free(self._slots)
+        PyMem_Free(self._entries)
         PyMem_Free(self._kinds)
         PyMem_Free(<void*>self._datas)
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t old_cap = self._cap, i, j, mask
-        cdef uint64_t* old_h = self._hashes
-        cdef Py_ssize_t* old_w = self._where
-        cdef uint64_t* new_h = <uint64_t*>PyMem_Malloc(old_cap * 2 * sizeof(uint64_t))
-        cdef Py_ssize_t* new_w = <Py_ssize_t*>PyMem_Malloc(old_cap * 6 * sizeof(Py_ssize_t))
-        if new_h == NULL or new_w == NULL:
-            PyMem_Free(new_h)
-            PyMem_Free(new_w)
+        cdef uint64_t* old = self._slots
+        cdef uint64_t* slots = <uint64_t*>PyMem_Calloc(old_cap * 2, sizeof(uint64_t))
+        cdef _Entry* entries = <_Entry*>PyMem_Realloc(self._entries, (old_cap + 1) * sizeof(_Entry))
+        if entries != NULL:
+            self._entries = entries
+            self._entries_cap = old_cap + 1
+        if slots == NULL or entries == NULL:
+            PyMem_Free(slots)
             raise MemoryError()
+        self._bits += 1
         self._cap = old_cap * 2
         mask = self._cap - 1
-        for i in range(self._cap):
-            new_h[i] = 0
         for i in range(old_cap):
-            if old_h[i]:
-                j = <Py_ssize_t>(old_h[i] & <uint64_t>mask)
-                while new_h[j]:
+            if old[i]:
+                j = <Py_ssize_t>((old[i] >> 32) >> (32 - self._bits))
+                while slots[j]:
                     j = (j + 1) & mask
-                new_h[j] = old_h[i]
-                new_w[3 * j] = old_w[3 * i]
-                new_w[3 * j + 1] = old_w[3 * i + 1]
-                new_w[3 * j + 2] = old_w[3 * i + 2]
-        self._hashes = new_h
-        self._where = new_w
-        PyMem_Free(old_h)
-        PyMem_Free(old_w)
+                slots[j] = old[i]
+        self._slots = slots
+        PyMem_Free(old)
         return 0
 
     cdef inline Py_ssize_t _find(self, uint64_t h, int kind, const void* data,
                                  Py_ssize_t s, Py_ssize_t n) noexcept:
         """Slot holding this word, or the empty slot where it would go (as ``-1 - slot``)."""
         cdef Py_ssize_t mask = self._cap - 1
-        cdef Py_ssize_t j = <Py_ssize_t>(h & <uint64_t>mask)
-        cdef Py_ssize_t* w
-        while self._hashes[j]:
-            if self._hashes[j] == h:
-                w = self._where + 3 * j
-                if w[2] == n and _same(kind, data, s, self._kinds[w[0]], self._datas[w[0]], w[1], n):
+        cdef uint64_t tag = h >> 32, slot
+        cdef Py_ssize_t j = <Py_ssize_t>(tag >> (32 - self._bits))
+        cdef _Entry* entry
+        while True:
+            slot = self._slots[j]
+            if slot == 0:
+                return -1 - j
+            if (slot >> 32) == tag:
+                entry = self._entries + <Py_ssize_t>((slot & <uint64_t>0xFFFFFFFF) - 1)
+                if entry.length == n and _same(kind, data, s, self._kinds[entry.text],
+                                               self._datas[entry.text], entry.start, n):
                     return j
             j = (j + 1) & mask
-        return -1 - j
 
     cdef int _add_text(self, str text) except -1:
         cdef int* kinds
@@ -375,18 +429,19 @@ cdef class LeakScanner:
             if _classify(kind, data, s, e):
                 self._insert(tidx, kind, data, s, e)
 
-    cdef int _insert(self, Py_ssize_t tidx, int kind, const void* data,
+    cdef inline int _insert(self, Py_ssize_t tidx, int kind, const void* data,
                      Py_ssize_t s, Py_ssize_t e) except -1:
-        cdef uint64_t h = _hash(kind, data, s, e)
+        cdef uint64_t h = _hash_bytes(<const uint8_t*>data + s, e - s) if kind == 1 else _hash(kind, data, s, e)
         cdef Py_ssize_t slot = self._find(h, kind, data, s, e - s)
         if slot >= 0:
             return 0
         slot = -1 - slot
-        self._hashes[slot] = h
-        self._where[3 * slot] = tidx
-        self._where[3 * slot + 1] = s
-        self._where[3 * slot + 2] = e - s
+        cdef _Entry* entry = self._entries + self._count
+        entry.start = s
+        entry.text = <int32_t>tidx
+        entry.length = <int32_t>(e - s)
         self._count += 1
+        self._slots[slot] = ((h >> 32) << 32) | <uint64_t>self._count
         if self._count * 2 > self._cap:
             self._grow()
         return 0
@@ -404,24 +459,20 @@ cdef class LeakScanner:
     cdef int _observe_bytes(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t tidx) except -1:
         """``observe`` for one-byte strings (nearly every terminal screen), 64 bytes at a time.
 
-        Two bit masks per block (word characters; digits and slashes) find, with shifts
-        and bit scans, the only words that can be candidates: those with a digit or a
-        slash, or at least 10 characters long. Every other word is never visited, and no
-        branch is taken per character.
+        Character classes come as bit masks per block, so finding words, rejecting the
+        ones that cannot be candidates (no digit, no slash, under 10 characters),
+        trimming and classifying are shifts and bit scans: no branch per character, and
+        only candidates are ever looked at byte by byte (to hash them).
         """
-        cdef Py_ssize_t base = 0, length, i, end, s, e, d
-        cdef uint64_t wm, dm, mark, runs, low, inv, one = 1, span
-        cdef uint8_t c
-        cdef int k
+        cdef Py_ssize_t base = 0, length, end, s, e, d, s2, e2, size
+        cdef uint64_t wm, mark, runs, low, inv, one = 1, full = ~(<uint64_t>0)
+        cdef uint64_t span, x, y, nz, lead, trail
+        cdef rsr_masks m
+        cdef int k, code
         while base < n:
             length = n - base if n - base < 64 else 64
-            if length < 64 or not rsr_masks64(p + base, &wm, &dm):
-                wm = 0
-                dm = 0
-                for i in range(length):
-                    c = _BITS[p[base + i]]
-                    wm |= <uint64_t>(c & 1) << i
-                    dm |= <uint64_t>(c >> 1) << i
+            rsr_masks64(p + base, <int>length, &m)
+            wm = m.word
             if base + length < n and (wm >> 63):
                 # The block ends inside a word: end it before that word instead.
                 inv = ~wm
@@ -435,20 +486,53 @@ cdef class LeakScanner:
                     continue
                 length = 64 - rsr_clz64(inv)
                 wm &= (one << length) - 1
-            dm &= wm
             runs = wm
             for k in range(1, 10):
                 runs &= wm >> k  # bit i: characters i to i + 9 are all word characters
-            mark = dm | runs
+            mark = ((m.digit | m.slash) & wm) | runs
+            lead = m.dot | m.dash
+            trail = lead | m.slash
             while mark:
                 d = rsr_ctz64(mark)
                 low = ~wm & ((one << d) - 1)
                 s = 64 - rsr_clz64(low) if low else 0
                 inv = ~(wm >> d)
                 e = d + (rsr_ctz64(inv) if inv else 64 - d)
-                span = (~<uint64_t>0) if e - s >= 64 else (((one << (e - s)) - 1) << s)
+                if e - s >= 64:
+                    self._observe_word(p, base, base + 64, tidx)
+                    break
+                span = ((one << (e - s)) - 1) << s
                 mark &= ~span
-                self._observe_word(p, base + s, base + e, tidx)
+                x = span & ~lead
+                if x == 0:
+                    continue
+                s2 = rsr_ctz64(x)
+                y = span & ~trail & (full << s2)
+                if y == 0:
+                    continue
+                e2 = 64 - rsr_clz64(y)
+                size = e2 - s2
+                if size < 3:
+                    continue
+                span = ((one << size) - 1) << s2
+                code = 0
+                if span & m.slash:
+                    code = K_PATH if size >= 4 else 0
+                elif span & ~(m.digit | m.dot) == 0:
+                    if span & m.dot:
+                        code = K_NUMBER
+                    else:
+                        nz = span & ~m.zero
+                        if nz and (63 - rsr_clz64(nz)) - rsr_ctz64(nz) + 1 >= 3:
+                            code = K_NUMBER
+                elif (size >= 8 and span & ~(m.digit | m.letter | m.plus | m.under | m.dash) == 0
+                        and span & m.digit and span & m.letter):
+                    code = K_HEX if span & ~(m.digit | m.hex) == 0 else K_TOKEN
+                elif (size >= 10 and span & ~(m.digit | m.letter | m.under | m.dot | m.dash) == 0
+                        and ((m.letter | m.under) >> s2) & 1):
+                    code = K_IDENT
+                if code:
+                    self._insert(tidx, 1, p, base + s2, base + e2)
             base += length
         return 0
 

@@ -7,10 +7,18 @@ Jaccard by stamping ids, order similarity by Hyyrö's bit-parallel LCS over 64-b
 run without the GIL, so a caller on a worker thread leaves the event loop free.
 """
 
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport (
+    PyMem_Calloc,
+    PyMem_Free,
+    PyMem_Malloc,
+    PyMem_RawCalloc,
+    PyMem_RawFree,
+    PyMem_RawMalloc,
+    PyMem_Realloc,
+)
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND, PyUnicode_READ
-from libc.stdint cimport int32_t, uint64_t
-from libc.string cimport memset
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy, memset
 
 from collections.abc import Sequence
 
@@ -119,12 +127,190 @@ cdef class _Encoded:
         return 0
 
 
+cdef inline uint64_t _hash_bytes(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t h = <uint64_t>0x9E3779B97F4A7C15 ^ <uint64_t>n, w = 0
+    cdef uint32_t lo, hi
+    while n >= 8:
+        memcpy(&w, p, 8)
+        h = (h ^ w) * <uint64_t>0xBF58476D1CE4E5B9
+        h ^= h >> 31
+        p += 8
+        n -= 8
+    if n > 0:
+        if n >= 4:
+            memcpy(&lo, p, 4)
+            memcpy(&hi, p + n - 4, 4)
+            w = (<uint64_t>hi << 32) | lo
+        else:
+            w = (<uint64_t>p[0] << 16) | (<uint64_t>p[n >> 1] << 8) | p[n - 1]
+        h = (h ^ w) * <uint64_t>0x94D049BB133111EB
+    h ^= h >> 29
+    h *= <uint64_t>0xBF58476D1CE4E5B9
+    h ^= h >> 32
+    return h
+
+
+cdef uint64_t _hash_span(int kind, const void* data, Py_ssize_t s, Py_ssize_t e) noexcept:
+    """Hash of the characters, the same whichever kind of string holds them."""
+    cdef Py_ssize_t i, n = e - s
+    cdef Py_UCS4 c, top = 0
+    cdef uint64_t h
+    cdef uint8_t small[256]
+    cdef uint8_t* buf
+    if kind == 1:
+        return _hash_bytes(<const uint8_t*>data + s, n)
+    for i in range(s, e):
+        c = PyUnicode_READ(kind, data, i)
+        if c > top:
+            top = c
+    if top < 256:
+        # Could also sit in a one-byte string: hash it as one.
+        buf = &small[0] if n <= 256 else <uint8_t*>PyMem_RawMalloc(n)
+        if buf == NULL:
+            return 0  # out of memory: one bucket for all, still correct
+        for i in range(n):
+            buf[i] = <uint8_t>PyUnicode_READ(kind, data, s + i)
+        h = _hash_bytes(buf, n)
+        if n > 256:
+            PyMem_RawFree(buf)
+        return h
+    h = <uint64_t>0xCBF29CE484222325
+    for i in range(s, e):
+        h = (h ^ <uint64_t>PyUnicode_READ(kind, data, i)) * <uint64_t>0x100000001B3
+    return h ^ (h >> 29)
+
+
+cdef inline bint _same_span(int k1, const void* d1, Py_ssize_t s1,
+                            int k2, const void* d2, Py_ssize_t s2, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    if k1 == k2:
+        return memcmp(<const char*>d1 + s1 * k1, <const char*>d2 + s2 * k2, n * k1) == 0
+    for i in range(n):
+        if PyUnicode_READ(k1, d1, s1 + i) != PyUnicode_READ(k2, d2, s2 + i):
+            return False
+    return True
+
+
+cdef struct _Word:
+    const void* data
+    Py_ssize_t start
+    Py_ssize_t length
+    int kind
+
+
+cdef class _Vocab:
+    """Normalised command -> dense id, without making a string per command.
+
+    A command whose inside is already single-spaced (nearly all) is looked up as a span
+    of the caller's string; only one that needs spaces collapsed is copied. Strings the
+    table points into are kept alive in ``keep``.
+    """
+
+    cdef uint64_t* slots  # high half: hash tag; low half: id + 1 (0: empty)
+    cdef _Word* words
+    cdef Py_ssize_t cap, bits, count
+    cdef list keep
+
+    def __cinit__(self):
+        self.bits = 10
+        self.cap = 1 << self.bits
+        self.slots = <uint64_t*>PyMem_Calloc(self.cap, sizeof(uint64_t))
+        self.words = <_Word*>PyMem_Malloc((self.cap // 2 + 1) * sizeof(_Word))
+        self.keep = []
+        if self.slots == NULL or self.words == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.slots)
+        PyMem_Free(self.words)
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t old_cap = self.cap, i, j, mask
+        cdef uint64_t* old = self.slots
+        cdef uint64_t* slots = <uint64_t*>PyMem_Calloc(old_cap * 2, sizeof(uint64_t))
+        cdef _Word* words = <_Word*>PyMem_Realloc(self.words, (old_cap + 1) * sizeof(_Word))
+        if words != NULL:
+            self.words = words
+        if slots == NULL or words == NULL:
+            PyMem_Free(slots)
+            raise MemoryError()
+        self.bits += 1
+        self.cap = old_cap * 2
+        mask = self.cap - 1
+        for i in range(old_cap):
+            if old[i]:
+                j = <Py_ssize_t>((old[i] >> 32) >> (32 - self.bits))
+                while slots[j]:
+                    j = (j + 1) & mask
+                slots[j] = old[i]
+        self.slots = slots
+        PyMem_Free(old)
+        return 0
+
+    cdef Py_ssize_t id_of(self, str command) except -2:
+        """The id of the normalised command, -1 when it normalises to nothing."""
+        cdef Py_ssize_t n = PyUnicode_GET_LENGTH(command)
+        cdef int kind = PyUnicode_KIND(command)
+        cdef const void* data = PyUnicode_DATA(command)
+        cdef Py_ssize_t i, start = 0, end = n, j, mask
+        cdef Py_UCS4 ch
+        cdef bint prev_space = False, simple = True
+        cdef str owner = command
+        cdef uint64_t h, tag, slot
+        cdef _Word* w
+        while start < n and _is_space(PyUnicode_READ(kind, data, start)):
+            start += 1
+        if start == n:
+            return -1
+        while _is_space(PyUnicode_READ(kind, data, end - 1)):
+            end -= 1
+        for i in range(start, end):
+            ch = PyUnicode_READ(kind, data, i)
+            if _is_space(ch):
+                if ch != 32 or prev_space:
+                    simple = False
+                    break
+                prev_space = True
+            else:
+                prev_space = False
+        if not simple:
+            owner = _normalize(command)
+            kind = PyUnicode_KIND(owner)
+            data = PyUnicode_DATA(owner)
+            start = 0
+            end = PyUnicode_GET_LENGTH(owner)
+        h = _hash_span(kind, data, start, end)
+        tag = h >> 32
+        mask = self.cap - 1
+        j = <Py_ssize_t>(tag >> (32 - self.bits))
+        while True:
+            slot = self.slots[j]
+            if slot == 0:
+                break
+            if (slot >> 32) == tag:
+                w = self.words + <Py_ssize_t>((slot & <uint64_t>0xFFFFFFFF) - 1)
+                if w.length == end - start and _same_span(kind, data, start, w.kind, w.data,
+                                                          w.start, end - start):
+                    return <Py_ssize_t>((slot & <uint64_t>0xFFFFFFFF) - 1)
+            j = (j + 1) & mask
+        w = self.words + self.count
+        w.data = data
+        w.kind = kind
+        w.start = start
+        w.length = end - start
+        self.keep.append(owner)
+        self.count += 1
+        self.slots[j] = (tag << 32) | <uint64_t>self.count
+        if self.count * 2 > self.cap:
+            self._grow()
+        return self.count - 1
+
+
 cdef _Encoded _encode(list items, Py_ssize_t skip, str fname, bint first_is_b=False):
     cdef _Encoded enc = _Encoded()
-    cdef dict vocab = {}
-    cdef Py_ssize_t i
-    cdef object item, raw, command, found
-    cdef str normalized, name
+    cdef _Vocab vocab = _Vocab()
+    cdef Py_ssize_t i, found
+    cdef object item, raw, command
     enc.n_items = len(items)
     enc.offsets = <Py_ssize_t*>PyMem_Malloc((enc.n_items + 1) * sizeof(Py_ssize_t))
     if enc.offsets == NULL:
@@ -132,33 +318,35 @@ cdef _Encoded _encode(list items, Py_ssize_t skip, str fname, bint first_is_b=Fa
     for i in range(enc.n_items):
         enc.offsets[i] = enc.n_ids
         item = items[i]
-        if first_is_b:
-            name = "a" if i == 0 else "b"
-        else:
-            name = f"items[{i}]"
         if isinstance(item, Trajectory):
             raw = item.commands(skip_first=skip)
+        elif isinstance(item, (list, tuple)):
+            raw = item[skip:]
         elif isinstance(item, str) or not isinstance(item, Sequence):
             raise TypeError(
-                f"{fname}: {name} must be a Trajectory or a sequence of str, "
-                f"got {type(item).__name__}"
+                f"{fname}: {_item_name(i, first_is_b)} must be a Trajectory or a sequence "
+                f"of str, got {type(item).__name__}"
             )
         else:
             raw = item[skip:]
         for command in raw:
             if not isinstance(command, str):
-                raise TypeError(f"{fname}: {name} holds a {type(command).__name__}, not str")
-            normalized = _normalize(<str>command)
-            if not normalized:
-                continue
-            found = vocab.get(normalized)
-            if found is None:
-                found = len(vocab)
-                vocab[normalized] = found
-            enc.push(<int32_t>found)
+                raise TypeError(
+                    f"{fname}: {_item_name(i, first_is_b)} holds a "
+                    f"{type(command).__name__}, not str"
+                )
+            found = vocab.id_of(<str>command)
+            if found >= 0:
+                enc.push(<int32_t>found)
     enc.offsets[enc.n_items] = enc.n_ids
-    enc.vocab = len(vocab)
+    enc.vocab = vocab.count
     return enc
+
+
+cdef str _item_name(Py_ssize_t i, bint first_is_b):
+    if first_is_b:
+        return "a" if i == 0 else "b"
+    return f"items[{i}]"
 
 
 cdef class _Scratch:
@@ -265,20 +453,28 @@ cdef inline Py_ssize_t _lcs(Py_ssize_t m, Py_ssize_t words, const int32_t* slot,
     return zeros
 
 
-cdef inline double _order_ratio(Py_ssize_t lcs, Py_ssize_t m, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t longest = m if m > n else n
-    if longest == 0:
+# Each pair's answer is kept as a fraction (numerator << 32 | denominator), so the
+# Python floats can be shared between pairs with the same fraction.
+cdef inline uint64_t _pack(Py_ssize_t num, Py_ssize_t den) noexcept nogil:
+    return (<uint64_t>num << 32) | <uint64_t>den
+
+
+cdef inline double _ratio(uint64_t packed, bint order) noexcept nogil:
+    cdef Py_ssize_t num = <Py_ssize_t>(packed >> 32), den = <Py_ssize_t>(packed & <uint64_t>0xFFFFFFFF)
+    if den == 0:
         return 1.0
-    # rapidfuzz's exact arithmetic (1 - distance / max), not lcs / max: they differ in the last bit.
-    return 1.0 - <double>(longest - lcs) / <double>longest
+    if order:
+        # rapidfuzz's exact arithmetic (1 - distance / max), not lcs / max: they differ
+        # in the last bit.
+        return 1.0 - <double>(den - num) / <double>den
+    return <double>num / <double>den
 
 
-cdef void _order_matrix(_Encoded enc, _Scratch s, double* out) noexcept nogil:
-    cdef Py_ssize_t n = enc.n_items, i, j, m, words, k
+cdef void _order_matrix(_Encoded enc, _Scratch s, uint64_t* out) noexcept nogil:
+    """LCS and longer length of every pair (i < j), as fractions."""
+    cdef Py_ssize_t n = enc.n_items, i, j, m, mj, words, k
     cdef const int32_t* a
-    cdef double r
     for i in range(n):
-        out[i * n + i] = 1.0
         a = enc.ids + enc.offsets[i]
         m = enc.offsets[i + 1] - enc.offsets[i]
         words = (m + 63) >> 6
@@ -286,12 +482,10 @@ cdef void _order_matrix(_Encoded enc, _Scratch s, double* out) noexcept nogil:
             words = 1
         k = _build_pattern(a, m, words, s.slot, s.seen, s.pm)
         for j in range(i + 1, n):
-            r = _order_ratio(
-                _lcs(m, words, s.slot, s.pm, enc.ids + enc.offsets[j],
-                     enc.offsets[j + 1] - enc.offsets[j], s.v),
-                m, enc.offsets[j + 1] - enc.offsets[j])
-            out[i * n + j] = r
-            out[j * n + i] = r
+            mj = enc.offsets[j + 1] - enc.offsets[j]
+            out[i * n + j] = _pack(
+                _lcs(m, words, s.slot, s.pm, enc.ids + enc.offsets[j], mj, s.v),
+                m if m > mj else mj)
         _clear_pattern(s.slot, s.seen, k)
 
 
@@ -308,41 +502,81 @@ cdef Py_ssize_t _unique(int32_t* ids, Py_ssize_t m, int32_t* slot) noexcept nogi
     return k
 
 
-cdef void _jaccard_matrix(_Encoded enc, _Scratch s, Py_ssize_t* sizes, double* out) noexcept nogil:
-    cdef Py_ssize_t n = enc.n_items, i, j, t, inter, union
+cdef int _jaccard_matrix(_Encoded enc, Py_ssize_t* sizes, uint64_t* out) except -1 nogil:
+    """Intersection and union sizes of every pair (i < j), as fractions.
+
+    Intersections come from an inverted index (command id -> items holding it, in item
+    order), so the work is the number of shared (pair, command) combinations, not pairs
+    times set sizes; most pairs of real trajectories share few commands.
+    """
+    cdef Py_ssize_t n = enc.n_items, v = enc.vocab, i, j, t, p, inter, total = 0
+    cdef int32_t* slot = <int32_t*>PyMem_RawMalloc((v + 1) * sizeof(int32_t))
+    cdef Py_ssize_t* start = <Py_ssize_t*>PyMem_RawCalloc(v + 2, sizeof(Py_ssize_t))
+    cdef Py_ssize_t* cursor = <Py_ssize_t*>PyMem_RawMalloc((v + 1) * sizeof(Py_ssize_t))
+    cdef int32_t* postings = NULL
+    cdef int32_t* counts = <int32_t*>PyMem_RawCalloc(n + 1, sizeof(int32_t))
     cdef const int32_t* a
-    cdef const int32_t* b
-    cdef double r
+    try:
+        if slot == NULL or start == NULL or cursor == NULL or counts == NULL:
+            with gil:
+                raise MemoryError()
+        for t in range(v + 1):
+            slot[t] = -1
+        for i in range(n):
+            sizes[i] = _unique(enc.ids + enc.offsets[i], enc.offsets[i + 1] - enc.offsets[i], slot)
+            a = enc.ids + enc.offsets[i]
+            for t in range(sizes[i]):
+                start[a[t] + 1] += 1
+            total += sizes[i]
+        for t in range(v):
+            start[t + 1] += start[t]
+            cursor[t] = start[t]
+        postings = <int32_t*>PyMem_RawMalloc((total + 1) * sizeof(int32_t))
+        if postings == NULL:
+            with gil:
+                raise MemoryError()
+        for i in range(n):
+            a = enc.ids + enc.offsets[i]
+            for t in range(sizes[i]):
+                postings[cursor[a[t]]] = <int32_t>i
+                cursor[a[t]] += 1
+        for t in range(v):
+            cursor[t] = start[t]
+        for i in range(n):
+            a = enc.ids + enc.offsets[i]
+            for t in range(sizes[i]):
+                # postings[cursor] is i itself: every later entry is a later item.
+                p = cursor[a[t]] + 1
+                cursor[a[t]] = p
+                while p < start[a[t] + 1]:
+                    counts[postings[p]] += 1
+                    p += 1
+            for j in range(i + 1, n):
+                inter = counts[j]
+                counts[j] = 0
+                out[i * n + j] = _pack(inter, sizes[i] + sizes[j] - inter)
+    finally:
+        PyMem_RawFree(slot)
+        PyMem_RawFree(start)
+        PyMem_RawFree(cursor)
+        PyMem_RawFree(postings)
+        PyMem_RawFree(counts)
+    return 0
+
+
+cdef list _to_rows(uint64_t* out, Py_ssize_t n, bint order):
+    """Rows of Python floats; (i, j) and (j, i) share one float object."""
+    cdef list rows = [[1.0] * n for _ in range(n)]
+    cdef list row_i, row_j
+    cdef Py_ssize_t i, j, den, num
+    cdef uint64_t packed
+    cdef object value
     for i in range(n):
-        sizes[i] = _unique(enc.ids + enc.offsets[i], enc.offsets[i + 1] - enc.offsets[i], s.slot)
-    for i in range(n):
-        out[i * n + i] = 1.0
-        a = enc.ids + enc.offsets[i]
-        for t in range(sizes[i]):
-            s.slot[a[t]] = 0
+        row_i = <list>rows[i]
         for j in range(i + 1, n):
-            b = enc.ids + enc.offsets[j]
-            inter = 0
-            for t in range(sizes[j]):
-                if s.slot[b[t]] == 0:
-                    inter += 1
-            union = sizes[i] + sizes[j] - inter
-            r = 1.0 if union == 0 else <double>inter / <double>union
-            out[i * n + j] = r
-            out[j * n + i] = r
-        for t in range(sizes[i]):
-            s.slot[a[t]] = -1
-
-
-cdef list _to_rows(double* out, Py_ssize_t n):
-    cdef list rows = []
-    cdef list row
-    cdef Py_ssize_t i, j
-    for i in range(n):
-        row = [None] * n
-        for j in range(n):
-            row[j] = out[i * n + j]
-        rows.append(row)
+            value = _ratio(out[i * n + j], order)
+            row_i[j] = value
+            (<list>rows[j])[i] = value
     return rows
 
 
@@ -355,9 +589,9 @@ cdef list _items(object items, str fname):
 cdef list _matrix(object items, object skip_first, str fname, bint order, bint pair):
     cdef Py_ssize_t skip = _check_skip(skip_first, fname)
     cdef _Encoded enc = _encode(items if pair else _items(items, fname), skip, fname, pair)
-    cdef _Scratch s = _scratch(enc, order)
+    cdef _Scratch s = _scratch(enc, order) if order else None
     cdef Py_ssize_t n = enc.n_items
-    cdef double* out = <double*>PyMem_Malloc((n * n + 1) * sizeof(double))
+    cdef uint64_t* out = <uint64_t*>PyMem_Malloc((n * n + 1) * sizeof(uint64_t))
     cdef Py_ssize_t* sizes = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
     if out == NULL or sizes == NULL:
         PyMem_Free(out)
@@ -368,10 +602,10 @@ cdef list _matrix(object items, object skip_first, str fname, bint order, bint p
             if order:
                 _order_matrix(enc, s, out)
             else:
-                _jaccard_matrix(enc, s, sizes, out)
+                _jaccard_matrix(enc, sizes, out)
         if pair:
-            return [out[1]]
-        return _to_rows(out, n)
+            return [_ratio(out[1], order)]
+        return _to_rows(out, n, order)
     finally:
         PyMem_Free(out)
         PyMem_Free(sizes)

@@ -30,3 +30,14 @@ def impl_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def similarity(impl_kind: str) -> ModuleType:
     return load_impl("similarity", impl_kind)
+
+
+@pytest.fixture
+def compress(impl_kind: str) -> ModuleType:
+    return load_impl("compress", impl_kind)
+
+
+@pytest.fixture
+def leakscan(impl_kind: str) -> ModuleType:
+    return load_impl("leakscan", impl_kind)
+

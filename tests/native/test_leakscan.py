@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rsr_async._native import scan_trajectory
+from rsr_async.schema import Command, Leak, Message, Trajectory
+from tests.native.conftest import load_impl
+from tests.native.strategies import long_ascii, text
+
+
+def values(leaks: list[Leak]) -> list[tuple[str, str]]:
+    return [(leak.value, leak.kind) for leak in leaks]
+
+
+def test_candidate_kinds(leakscan: ModuleType) -> None:
+    action = (
+        "cd /app/data && python3 run.py --seed 31337 --rate 0.5 --n 1000 --id 007 "
+        "--key deadbeef42 --token aZ9+_-Qx7 --name compute_checksum --v 1.2.3 "
+        "echo 'p@ss!w0rd' \"hi\" x 12 ab"
+    )
+    assert values(leakscan.scan_leaks([action], [""])) == [
+        ("/app/data", "path"),
+        ("31337", "number"),  # not run.py (short, no digit), 1000 (one significant digit)
+        ("0.5", "number"),
+        ("deadbeef42", "hex"),
+        ("aZ9+_-Qx7", "token"),
+        ("compute_checksum", "identifier"),
+        ("1.2.3", "number"),
+        ("p@ss!w0rd", "quoted"),
+    ]
+
+
+def test_positions_and_turns(leakscan: ModuleType) -> None:
+    leaks = leakscan.scan_leaks(["ls", "cat /etc/secret_token_file"], ["", "$ "])
+    assert leaks == [Leak(value="/etc/secret_token_file", kind="path", turn=1, position=4)]
+    scanner = leakscan.LeakScanner("port 8080")
+    assert scanner.scan("curl localhost:8080 -d 'x=424242'", turn=7) == [
+        Leak(value="x=424242", kind="quoted", turn=7, position=24),
+        Leak(value="424242", kind="number", turn=7, position=26),
+    ]
+
+
+def test_known_from_instruction_and_earlier_observations_only(leakscan: ModuleType) -> None:
+    actions = ["cat /srv/report_2024.csv", "grep 98765 /srv/report_2024.csv", "echo 98765"]
+    context = ["", "/srv/report_2024.csv\n12 rows", "total 98765"]
+    leaks = leakscan.scan_leaks(actions, context, instruction="Summarise the report.")
+    # The path was used before it was shown; 98765 in turn 1 before it appeared in turn 2.
+    assert [(x.value, x.turn) for x in leaks] == [("/srv/report_2024.csv", 0), ("98765", 1)]
+    assert leakscan.scan_leaks(actions, context, instruction="see /srv/report_2024.csv, 98765") == []
+
+
+def test_token_match_not_substring(leakscan: ModuleType) -> None:
+    scanner = leakscan.LeakScanner("ids: 12345, build-4242.")
+    # "-" is a word character: build-4242 is known as a whole, 4242 alone is not.
+    assert values(scanner.scan("echo 1234 12345 build-4242 4242")) == [
+        ("1234", "number"),
+        ("4242", "number"),
+    ]
+    # Trimming: trailing dots, slashes and dashes, and leading dots and dashes go.
+    scanner = leakscan.LeakScanner("see ../app/src/ and --config_file_name.")
+    assert scanner.scan("ls /app/src config_file_name") == []
+
+
+def test_quoted_values_match_as_substrings(leakscan: ModuleType) -> None:
+    scanner = leakscan.LeakScanner()
+    scanner.observe("password is p@ss!w0rd, keep it")
+    assert scanner.scan("echo 'p@ss!w0rd' \"hunter2?\"") == [
+        Leak(value="hunter2?", kind="quoted", turn=0, position=18)
+    ]
+
+
+def test_each_value_reported_once(leakscan: ModuleType) -> None:
+    leaks = leakscan.scan_leaks(["echo 55555 55555", "echo 55555"], ["", "55555"])
+    assert [(x.value, x.turn, x.position) for x in leaks] == [("55555", 0, 5)]
+
+
+def test_unicode_actions(leakscan: ModuleType) -> None:
+    # Non-ASCII characters separate words; quoted strings keep them.
+    scanner = leakscan.LeakScanner("日本 31337")
+    leaks = scanner.scan("echo 日本 31337 /tmp/ü/file_9 'ünïcødé!'")
+    assert [(x.value, x.kind, x.position) for x in leaks] == [
+        ("/tmp", "path", 14),
+        ("/file_9", "path", 20),
+        ("ünïcødé!", "quoted", 29),
+    ]
+
+
+@pytest.mark.parametrize("bad", [None, 3, b"bytes", ["x"]])
+def test_bad_input_raises_type_error(leakscan: ModuleType, bad: object) -> None:
+    scanner = leakscan.LeakScanner()
+    with pytest.raises(TypeError, match="observe"):
+        scanner.observe(bad)
+    with pytest.raises(TypeError, match="scan"):
+        scanner.scan(bad)
+    with pytest.raises(TypeError):
+        leakscan.LeakScanner(bad)
+    with pytest.raises(TypeError, match="scan_leaks"):
+        leakscan.scan_leaks(["ls"], [""], instruction=bad)
+    with pytest.raises(TypeError, match="scan"):
+        scanner.scan("ls", turn="1")
+    with pytest.raises(TypeError, match="scan_leaks"):
+        leakscan.scan_leaks("ls", "x")
+    with pytest.raises(ValueError, match="contexts"):
+        leakscan.scan_leaks(["ls", "pwd"], [""])
+
+
+def test_scan_trajectory_ignores_private_and_harness_text() -> None:
+    t = Trajectory(
+        task="t",
+        harness="terminus2",
+        messages=[
+            Message(role="user", content="Fix the service on port 8080.", origin="task"),
+            Message(role="user", content="guidance: the key is 5f3e9a7c1d", origin="private"),
+            Message(role="user", content="hint: 424242", origin="harness"),
+            Message(
+                role="assistant",
+                content="{}",
+                origin="model",
+                turn=1,
+                commands=(Command(keystrokes="curl :8080\n"), Command(keystrokes="echo 5f3e9a7c1d 424242\n")),
+            ),
+        ],
+    )
+    assert scan_trajectory(t) == [
+        Leak(value="5f3e9a7c1d", kind="hex", turn=1, position=17),
+        Leak(value="424242", kind="number", turn=1, position=28),
+    ]
+    with pytest.raises(TypeError, match="scan_trajectory"):
+        scan_trajectory(None)  # type: ignore[arg-type]
+
+
+episode_text = st.one_of(text, long_ascii)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(episode_text, episode_text), max_size=6),
+    st.one_of(text, long_ascii),
+)
+def test_native_and_pure_agree(turns: list[tuple[str, str]], instruction: str) -> None:
+    actions = [a for a, _ in turns]
+    context = [c for _, c in turns]
+    native = load_impl("leakscan", "native").scan_leaks(actions, context, instruction=instruction)
+    pure = load_impl("leakscan", "pure").scan_leaks(actions, context, instruction=instruction)
+    assert native == pure
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 130), st.integers(0, 130), st.sampled_from(["a", "9", "/", ".", "-", "f"]))
+def test_block_edges_agree(pad: int, length: int, fill: str) -> None:
+    # Words of every length at every offset around the 64-byte blocks of the fast path.
+    word = ("x9" + fill * length)[: max(length, 3)]
+    known = " " * pad + word + " tail_value_12345 " + fill * length
+    for kind in ("native", "pure"):
+        scanner = load_impl("leakscan", kind).LeakScanner(known)
+        assert scanner.scan(f"{word} tail_value_12345") == [], kind

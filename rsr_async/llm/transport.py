@@ -135,13 +135,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         call at high concurrency (profiled; see bench/llm.py).
         """
         session = self._session or self._open()
-        if total_s is None:
-            timeout = self._timeouts.get((connect_s, read_s))
-            if timeout is None:
-                timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_s, sock_read=read_s)
-                self._timeouts[(connect_s, read_s)] = timeout
-        else:
-            timeout = aiohttp.ClientTimeout(total=total_s, sock_connect=connect_s, sock_read=read_s)
+        # A non-streamed reply sends nothing until generation ends, so the gap between
+        # bytes is the whole wait: ``read_s`` folds into the total timeout, sparing
+        # aiohttp a read timer rescheduled on every chunk (measured: ~25 µs per call).
+        limit = None if read_s is None else read_s + (connect_s or 0.0)
+        if total_s is not None:
+            limit = total_s if limit is None else min(limit, total_s)
+        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=connect_s)
         try:
             async with session.post(
                 url, data=body, headers=headers, allow_redirects=False, timeout=timeout

@@ -148,7 +148,8 @@ async def _run(
             engine.store,
             stage=STAGE,
             model=model.model_name,
-            scripted_model=scripted,
+            # The simulator names its model; a separately started one is still a test double.
+            scripted_model=scripted or "scripted" in model.model_name,
             tasks=len(tasks),
             attempts=config.run.attempts,
             wall_s=time.monotonic() - started,

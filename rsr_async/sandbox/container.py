@@ -80,8 +80,10 @@ class DockerSandbox:
         env: dict[str, str],
         workdir: str | None,
         memory_mb: int = 0,
+        quiet_s: float = 0.05,
     ) -> None:
         self._container = container
+        self._quiet = quiet_s
         self._memory_mb = memory_mb
         self._oom_seen = 0
         self._task = task_name
@@ -318,7 +320,9 @@ class DockerSandbox:
 
     async def open_shell(self) -> DockerShell:
         """Another independent bash session in the same container (closed with it)."""
-        shell = DockerShell(self._container, name=self.name, api_timeout_s=self._api_timeout)
+        shell = DockerShell(
+            self._container, name=self.name, api_timeout_s=self._api_timeout, quiet_s=self._quiet
+        )
         self._shells.append(shell)
         try:
             await shell.start(self._tg, env=self._env, workdir=self._workdir)

@@ -231,7 +231,8 @@ class SandboxPool:
         self._owner = owner_label()
         self._containers: dict[str, tuple[DockerHost, str]] = {}
         self._builds = BuildOnce()
-        self._warm: dict[tuple[str, str], deque[aiodocker.docker.DockerContainer]] = {}
+        self._warm: dict[tuple[str, str, str], deque[aiodocker.docker.DockerContainer]] = {}
+        """Started ahead of demand by :meth:`prewarm`, per (host, task, image)."""
         self._lock_file: Any = None
         self._build_limiter = anyio.Semaphore(max(1, config.build_concurrency))
         self._started = 0
@@ -494,9 +495,9 @@ class SandboxPool:
         """A fresh container for one episode, removed on exit whatever happens."""
         host = self._host_for()
         image = await self._ensure_on(host, task)
-        queue = self._warm.get((host.url, image))
+        queue = self._warm.get((host.url, task.name, image))
         container: Any = None
-        if queue and not task.env and not task.workdir:
+        if queue:
             container = queue.popleft()
             host.live += 1
             self._containers[container.id] = (host, key)
@@ -515,6 +516,7 @@ class SandboxPool:
                     env=dict(task.env),
                     workdir=task.workdir,
                     memory_mb=task.memory_mb or self.config.default_memory_mb,
+                    quiet_s=self.config.shell_quiet_s,
                 )
                 try:
                     yield sandbox
@@ -541,7 +543,7 @@ class SandboxPool:
             container = await self._start(host, task, image, "warm")
             self._containers.pop(container.id, None)
             host.live -= 1
-            self._warm.setdefault((host.url, image), deque()).append(container)
+            self._warm.setdefault((host.url, task.name, image), deque()).append(container)
             started += 1
         return started
 

@@ -267,3 +267,45 @@ def test_owner_labels_name_this_process() -> None:
     assert owner_gone({LABEL_OWNER: dead})
     assert not owner_gone({LABEL_OWNER: "other-host/abc:1:1"})
     assert not owner_gone({LABEL_RUN_DIR: "/nonexistent"})
+
+
+async def test_starts_are_rate_limited() -> None:
+    config = SandboxConfig(starts_per_s=4.0)
+    times: list[float] = []
+    async with SandboxPool(config, run_id=new_run_id()) as pool:
+        release = anyio.Event()
+
+        async def hold(i: int) -> None:
+            async with pool.sandbox(make_task(), key=f"rate-{i}"):
+                times.append(time.monotonic())
+                if len(times) == 5:
+                    release.set()
+                await release.wait()
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(hold, i)
+        # Five starts at 4/s: the last may begin no earlier than 1 s after the first.
+        assert max(times) - started >= 1.0
+        assert pool.statistics().peak_live == 5
+        assert await containers_of(pool.run_id) == []
+
+
+async def test_warm_pool_serves_the_next_episode() -> None:
+    task = make_task("warm-task")
+    async with SandboxPool(SandboxConfig(warm_pool=2), run_id=new_run_id()) as pool:
+        assert await pool.prewarm(task) == 2
+        assert pool.statistics().warm == 2
+        assert len(await containers_of(pool.run_id)) == 2
+        started = time.monotonic()
+        async with pool.sandbox(task, key="takes-warm") as sandbox:
+            assert time.monotonic() - started < 0.5
+            assert (await sandbox.run("echo warm", time_limit=10)).output == "warm\n"
+            assert pool.statistics().warm == 1
+        # Another task never gets this task's warm container.
+        async with pool.sandbox(make_task("other"), key="cold"):
+            assert pool.statistics().warm == 1
+        assert len(await containers_of(pool.run_id)) == 1
+        run_id = pool.run_id
+    assert await containers_of(run_id) == []

@@ -29,8 +29,13 @@ if TYPE_CHECKING:
 __all__ = ["Job", "JobContext", "JobRunner", "ModelJobSpec"]
 
 
-class ModelJobSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A model-only job (planning, critique, judging, audit): no sandbox, one or a few calls."""
+class ModelJobSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A model-only job (planning, critique, judging, audit): no sandbox, one or a few calls.
+
+    Untracked by the cyclic GC (``gc=False``), like :class:`Job`: a run holds tens of
+    thousands of them for its whole life, and full collections walk every tracked
+    object. Never put a spec inside its own ``payload``.
+    """
 
     role: str
     """What the call is for: ``planner``, ``critic``, ``judge``, ``auditor`` ..."""
@@ -46,7 +51,7 @@ class ModelJobSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Wall clock per attempt; None uses ``engine.job_deadline_s`` (or 600 s when that is 0)."""
 
 
-class Job(msgspec.Struct, frozen=True, kw_only=True):
+class Job(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A unit of work with a deterministic key; ``str(key)`` is its primary key in the store."""
 
     key: JobKey

@@ -10,6 +10,14 @@ The engine is generic over what a job does. A runner turns a job into an
   (retried within ``engine.infra_retries`` when ``retryable``);
 - any other exception is a bug in a runner or harness: stored as ``infra_error`` with its
   traceback, not retried, never blamed on the model.
+
+A runner is cancelled when the job's deadline passes, on shutdown and when the caller's
+scope is cancelled. It must release what it holds (its sandbox) in ``finally`` /
+``async with`` blocks, shielded and with their own deadline
+(``with anyio.CancelScope(shield=True), anyio.move_on_after(30): await sandbox.close()``),
+and let the cancellation propagate. Whatever it last passed to
+:meth:`JobContext.checkpoint` is stored with the job (``cancelled``, or ``failed`` with
+end reason ``timeout``).
 """
 
 from __future__ import annotations

@@ -93,6 +93,27 @@ async def _cli(ids: list[str], command: str, seconds: float, inflight: int) -> f
     return done / (time.monotonic() - started)
 
 
+def _shim_rss_mib(ids: list[str]) -> float:
+    """Median resident memory of the containerd shims serving these containers, in MiB."""
+    wanted = set(ids)
+    values: list[float] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            if not args or not args[0].endswith(b"containerd-shim-runc-v2"):
+                continue
+            if b"-id" not in args or args[args.index(b"-id") + 1].decode() not in wanted:
+                continue
+            for line in (proc / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    values.append(int(line.split()[1]) / 1024)
+        except (OSError, IndexError):
+            continue
+    return statistics.median(values) if values else float("nan")
+
+
 async def _idle_memory(sandboxes: list[DockerSandbox]) -> float:
     """Median cgroup memory of up to 16 idle sandboxes, in MiB (shell open, nothing running)."""
     values: list[float] = []
@@ -139,6 +160,7 @@ async def _measure(count: int, args: Any, task: Task, config: SandboxConfig) -> 
             )
             out["cgroup_mem_per_idle_sandbox_mib"] = round(await _idle_memory(sandboxes), 1)
             ids = [s.id for s in sandboxes]
+            out["shim_rss_per_sandbox_mib"] = round(_shim_rss_mib(ids), 1)
             for name, command in WORKLOADS.items():
                 persistent = [
                     await _persistent(shells, command, args.seconds) for _ in range(args.repeat)

@@ -18,6 +18,7 @@ from rsr_async.sandbox import SandboxPool, bootstrap_base_image
 from rsr_async.sandbox.hosts import open_client
 from rsr_async.sandbox.images import (
     BASE_PACKAGES,
+    _import_rootfs,
     bootstrap_problem,
     context_digest,
     task_image_tag,
@@ -150,6 +151,25 @@ async def test_bootstrap_cli_without_debootstrap_fails_clearly(tmp_path: Path) -
         )
     assert out.returncode == 1
     assert b"apt-get install debootstrap" in out.stderr
+
+
+async def test_root_filesystem_import_sets_cmd_and_path(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "marker").write_text("imported\n")
+    tag = f"rsr-import-test:{uuid.uuid4().hex[:8]}"
+    try:
+        await _import_rootfs("unix:///var/run/docker.sock", root, tag, timeout_s=120)
+        docker, connector = open_client("unix:///var/run/docker.sock")
+        try:
+            info = await docker.images.inspect(tag)
+        finally:
+            await docker.close()
+            await connector.close()
+        assert info["Config"]["Cmd"] == ["/bin/bash"]
+        assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in info["Config"]["Env"]
+    finally:
+        await _remove_image(tag)
 
 
 @pytest.mark.slow

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from rsr_async.tasks import BUNDLED_SUITE, load_dataset, load_task
+
+
+def test_directory_is_searched_recursively_and_sorted(fixtures: Path) -> None:
+    data = load_dataset([fixtures / "harbor"])
+    assert [t.name for t in data.tasks] == ["full-harbor", "minimal-harbor"]
+    assert data.errors == []
+
+
+def test_broken_tasks_are_reported_and_the_rest_loads(fixtures: Path) -> None:
+    data = load_dataset([fixtures])
+    assert [t.name for t in data.tasks] == [
+        "full-harbor", "legacy-descriptions", "legacy-hello", "minimal-harbor",
+    ]
+    assert sorted(e.task or "" for e in data.errors) == [
+        "bad-field", "bad-toml", "bad-yaml", "legacy-no-run-tests", "no-instruction", "no-tests",
+    ]
+    assert all(e.path and Path(e.path).exists() or "missing" in str(e) for e in data.errors)
+
+
+def test_list_file_with_comments_and_relative_paths(fixtures: Path) -> None:
+    data = load_dataset([fixtures / "tasks.list"])
+    assert [t.name for t in data.tasks] == ["full-harbor", "legacy-descriptions", "legacy-hello"]
+    assert data.errors == []
+
+
+def test_several_sources_and_the_same_task_twice(fixtures: Path) -> None:
+    data = load_dataset([fixtures / "legacy", fixtures / "tasks.list", str(fixtures / "harbor/full-harbor")])
+    assert [t.name for t in data.tasks] == ["full-harbor", "legacy-descriptions", "legacy-hello"]
+    assert data.errors == []
+
+
+def test_duplicate_names_are_reported(tmp_path: Path, fixtures: Path) -> None:
+    shutil.copytree(fixtures / "harbor/full-harbor", tmp_path / "a/one")
+    shutil.copytree(fixtures / "harbor/full-harbor", tmp_path / "b/two")  # same [task].name
+    data = load_dataset([tmp_path])
+    assert [t.path for t in data.tasks] == [str(tmp_path / "a/one")]
+    assert len(data.errors) == 1 and "duplicate task name" in str(data.errors[0])
+    assert data.errors[0].path == str(tmp_path / "b/two")
+
+
+def test_missing_sources_and_bad_list_lines(tmp_path: Path, fixtures: Path) -> None:
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{fixtures / 'harbor/full-harbor'}\nno/such/dir\n")
+    data = load_dataset([listing, tmp_path / "absent", tmp_path / "empty"])
+    assert [t.name for t in data.tasks] == ["full-harbor"]
+    messages = [str(e) for e in data.errors]
+    assert any("line 2" in m and "no/such/dir" in m for m in messages)
+    assert any("does not exist" in m and "absent" in m for m in messages)
+
+
+def test_default_is_the_bundled_suite() -> None:
+    data = load_dataset([])
+    assert data.errors == []
+    assert len(data.tasks) >= 30
+    assert {t.path for t in data.tasks} == {str(p) for p in BUNDLED_SUITE.iterdir() if p.is_dir()}
+
+
+def test_bundled_suite_meets_the_brief() -> None:
+    tasks = load_dataset([BUNDLED_SUITE]).tasks
+    domains = {t.category for t in tasks}
+    assert len(domains) >= 8, domains
+    assert {t.difficulty for t in tasks} == {"easy", "medium", "hard"}
+    partial = 0
+    for task in tasks:
+        root = Path(task.path)
+        assert task.format == "harbor" and task.solution_path and task.workdir == "/app"
+        dockerfile = (root / "environment/Dockerfile").read_text().splitlines()
+        assert dockerfile[0].startswith("ARG BASE_IMAGE") and dockerfile[1] == "FROM ${BASE_IMAGE}"
+        assert "RUN apt" not in "\n".join(dockerfile) and "pip install" not in "\n".join(dockerfile)
+        test_sh = (root / "tests/test.sh").read_text()
+        partial += "reward.json" in test_sh
+        shebang, _, solution = Path(task.solution_path).read_text().partition("\n")
+        assert shebang == "#!/bin/bash"
+        # solve.sh is also typed into an interactive shell by the scripted stand-in model
+        assert "\t" not in solution and "\nexit" not in solution and "set -e" not in solution
+        assert "!" not in solution or solution.startswith("set +H\n")
+        # the instruction must not hand over the solution's commands (quoting the command
+        # that shows the problem, in backticks, is fine)
+        quoted = " ".join(re.findall(r"`([^`]+)`", task.instruction))
+        for line in solution.splitlines():
+            if len(line.strip()) > 30 and line.strip() not in quoted:
+                assert line.strip() not in task.instruction, (task.name, line)
+    assert partial >= 5
+
+
+def test_loading_is_fast() -> None:
+    import time
+
+    started = time.perf_counter()
+    for path in BUNDLED_SUITE.iterdir():
+        load_task(path)
+    assert time.perf_counter() - started < 1.0

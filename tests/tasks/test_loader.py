@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rsr_async.errors import TaskError
+from rsr_async.tasks import detect_format, load_task
+
+
+def test_harbor_every_field(fixtures: Path) -> None:
+    task = load_task(fixtures / "harbor/full-harbor")
+    assert task.name == "full-harbor"
+    assert task.format == "harbor"
+    assert task.instruction == "Write the word `done` to /app/out.txt."
+    assert (task.category, task.tags, task.difficulty) == ("shell-scripting", ("bash", "files"), "easy")
+    assert task.metadata == {
+        "author_name": "fixture",
+        "description": "A fixture that sets every field.",
+        "version": "1.0",
+    }
+    assert (task.agent_timeout_s, task.verifier_timeout_s, task.build_timeout_s) == (120, 45, 90)
+    assert (task.cpus, task.memory_mb, task.storage_mb) == (2.0, 512, 1024)
+    assert task.allow_internet is False and task.workdir == "/app"
+    assert task.env == {"GREETING": "hello"} and task.verifier_env == {"STRICT": "1"}
+    root = fixtures / "harbor/full-harbor"
+    assert task.environment_dir == str(root / "environment")
+    assert task.tests_dir == str(root / "tests") and task.test_script == "test.sh"
+    assert task.solution_path == str(root / "solution/solve.sh")
+
+
+def test_harbor_defaults(fixtures: Path) -> None:
+    task = load_task(fixtures / "harbor/nested/minimal-harbor")
+    assert task.name == "minimal-harbor"  # no [task].name: the directory's
+    assert (task.agent_timeout_s, task.verifier_timeout_s, task.build_timeout_s) == (600, 600, 600)
+    assert task.memory_mb == 1024  # Harbor's older memory = "1G"
+    assert task.category == "" and task.tags == () and task.solution_path is None
+    assert task.workdir is None and task.env == {}
+
+
+def test_legacy_terminal_bench(fixtures: Path) -> None:
+    root = fixtures / "legacy/legacy-hello"
+    task = load_task(root)
+    assert task.format == "terminal-bench" and task.name == "legacy-hello"
+    assert task.instruction == 'Create /app/hello.txt containing "hello".'
+    assert (task.category, task.tags, task.difficulty) == ("file-operations", ("files", "legacy"), "medium")
+    assert (task.agent_timeout_s, task.verifier_timeout_s) == (200, 30)
+    assert task.metadata["parser_name"] == "pytest"
+    assert task.environment_dir == str(root)
+    assert task.test_script == "run-tests.sh" and task.tests_dir == str(root / "tests")
+    assert task.solution_path == str(root / "solution.sh")
+
+
+def test_legacy_descriptions_form_and_defaults(fixtures: Path) -> None:
+    task = load_task(fixtures / "legacy/legacy-descriptions")
+    assert task.instruction == "Old style instruction."
+    assert (task.agent_timeout_s, task.verifier_timeout_s) == (360, 60)
+    assert task.difficulty == "hard" and task.solution_path is None
+
+
+@pytest.mark.parametrize(
+    ("name", "file", "words"),
+    [
+        ("bad-toml", "task.toml", "invalid TOML"),
+        ("no-instruction", "instruction.md", "missing instruction.md"),
+        ("no-tests", "tests/test.sh", "missing tests/test.sh"),
+        ("bad-field", "task.toml", "agent.timeout_sec: expected a number"),
+        ("bad-yaml", "task.yaml", "invalid YAML"),
+        ("legacy-no-run-tests", "run-tests.sh", "missing run-tests.sh"),
+    ],
+)
+def test_broken_task_names_task_and_file(fixtures: Path, name: str, file: str, words: str) -> None:
+    root = fixtures / "broken" / name
+    with pytest.raises(TaskError) as info:
+        load_task(root)
+    assert info.value.task == name
+    assert info.value.path == str(root / file)
+    assert words in str(info.value)
+    assert name in str(info.value) and str(root / file) in str(info.value)
+
+
+def test_not_a_task(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="not a task directory"):
+        detect_format(tmp_path)
+    with pytest.raises(TaskError, match="not found"):
+        load_task(tmp_path / "nope")
+
+
+def test_empty_instruction(tmp_path: Path, fixtures: Path) -> None:
+    import shutil
+
+    shutil.copytree(fixtures / "harbor/full-harbor", tmp_path / "t")
+    (tmp_path / "t/instruction.md").write_text("  \n")
+    with pytest.raises(TaskError, match="instruction.md is empty"):
+        load_task(tmp_path / "t")

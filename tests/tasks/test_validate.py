@@ -1,0 +1,103 @@
+"""``validate`` and the ``tasks`` CLI: real image builds, real containers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rsr_async.sandbox import SandboxPool
+from rsr_async.tasks import BUNDLED_SUITE, load_task, validate
+from tests.conftest import run_cli_env
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rsr_async", "tasks", *args], env=run_cli_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _variant(root: Path, fixtures: Path, name: str, edits: dict[str, str] | None = None) -> Path:
+    """A copy of the full Harbor fixture named ``name`` with some files replaced."""
+    target = root / name
+    shutil.copytree(fixtures / "harbor/full-harbor", target)
+    toml = target / "task.toml"
+    toml.write_text(toml.read_text().replace('name = "full-harbor"', f'name = "{name}"'))
+    for rel, text in (edits or {}).items():
+        (target / rel).write_text(text)
+    return target
+
+
+def _remove_images(names: list[str]) -> None:
+    """Remove the throwaway images built for ``names`` (ours alone: named after them)."""
+    for name in names:
+        ids = subprocess.run(["docker", "images", "-q", f"rsr-task-{name}"],
+                             capture_output=True, text=True, timeout=60).stdout.split()
+        if ids:
+            subprocess.run(["docker", "rmi", "-f", *ids], capture_output=True, timeout=120)
+
+
+def test_list_prints_a_table_and_reports_broken_tasks(fixtures: Path) -> None:
+    out = _cli("list", str(fixtures / "harbor"), str(fixtures / "broken"))
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["name", "domain", "difficulty", "format", "agent", "verifier", "build"]
+    assert lines[2].split() == ["full-harbor", "shell-scripting", "easy", "harbor", "120s", "45s", "90s"]
+    assert lines[3].split()[0] == "minimal-harbor"
+    assert "2 tasks" in out.stdout and "6 errors" in out.stdout
+    assert "bad-toml" in out.stderr and str(fixtures / "broken/bad-toml/task.toml") in out.stderr
+
+
+def test_list_defaults_to_the_bundled_suite() -> None:
+    out = _cli("list")
+    assert out.returncode == 0, out.stderr
+    names = {p.name for p in BUNDLED_SUITE.iterdir()}
+    listed = {line.split()[0] for line in out.stdout.splitlines()[2:] if line.strip() and line.split()[0] in names}
+    assert listed == names
+
+
+@pytest.mark.docker
+async def test_validate_flags_each_kind_of_bad_task(pool: SandboxPool, fixtures: Path, tmp_path: Path) -> None:
+    good = _variant(tmp_path, fixtures, "v-good")
+    passes_untouched = _variant(tmp_path, fixtures, "v-trivial",
+                                {"tests/test.sh": "#!/bin/bash\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\n"})
+    wrong_solution = _variant(tmp_path, fixtures, "v-wrong", {"solution/solve.sh": "echo nope > /app/out.txt\n"})
+    no_reward = _variant(tmp_path, fixtures, "v-silent", {"tests/test.sh": "#!/bin/bash\necho forgot the reward\n"})
+    unbuildable = _variant(tmp_path, fixtures, "v-unbuildable",
+                           {"environment/Dockerfile": "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN exit 3\n"})
+    tasks = [load_task(p) for p in (good, passes_untouched, wrong_solution, no_reward, unbuildable)]
+    try:
+        rows = await validate(tasks, pool, concurrency=3)
+    finally:
+        await anyio.to_thread.run_sync(_remove_images, [t.name for t in tasks])
+    by_name = {r.name: r for r in rows}
+    assert [r.name for r in rows] == [t.name for t in tasks]
+    assert by_name["v-good"].ok and by_name["v-good"].oracle_reward == 1.0 and by_name["v-good"].nop_reward == 0.0
+    assert by_name["v-trivial"].problems == ["untouched: the environment passes without any work"]
+    assert by_name["v-wrong"].problems == ["oracle: reward 0, expected 1"]
+    assert "$ solve.sh (exit 0)" in by_name["v-wrong"].oracle_output
+    silent = by_name["v-silent"].problems
+    assert len(silent) == 2 and all("no /logs/verifier/reward.json" in p for p in silent)
+    assert "forgot the reward" in by_name["v-silent"].nop_output
+    build = by_name["v-unbuildable"].problems
+    assert len(build) == 1 and build[0].startswith("build: ImageBuildError")
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_bundled_suite_validates(tmp_path: Path) -> None:
+    """Every bundled task: image builds, oracle passes, untouched environment fails."""
+    report = tmp_path / "rows.json"
+    out = _cli("validate", "--concurrency", "4", "--set", "sandbox.build_concurrency=3",
+               "--json", str(report), timeout=540)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    rows = json.loads(report.read_text())
+    assert len(rows) == len(list(BUNDLED_SUITE.iterdir())) >= 30
+    assert all(not r["problems"] and r["oracle_reward"] == 1.0 and r["nop_reward"] < 1.0 for r in rows)
+    partial = [r for r in rows if len(r["oracle_rewards"]) > 1]
+    assert len(partial) >= 5
+    assert f"{len(rows)}/{len(rows)} tasks valid" in out.stdout

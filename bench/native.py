@@ -11,14 +11,16 @@ medians of ``--repeat`` runs, single-threaded.
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
 import _common
 import ahocorasick
-import numpy as np
 from rapidfuzz.distance import LCSseq
 from rapidfuzz.process import cdist
 
@@ -201,6 +203,8 @@ def _episode_io(episode: Trajectory) -> tuple[str, list[str], list[str]]:
 # Library baselines, each giving the same answer as the native function.
 
 def _rapidfuzz_order(normalized: list[list[str]]) -> Any:
+    import numpy as np  # cdist's own dependency, loaded on first use like cdist does
+
     return cdist(
         normalized, normalized, scorer=LCSseq.normalized_similarity, workers=1, dtype=np.float64
     )
@@ -273,6 +277,17 @@ def _ahocorasick_leaks(instruction: str, actions: list[str], context: list[str])
     return leaks
 
 
+def _median_cpu(fn: Callable[[], object], repeat: int) -> float:
+    """Median process CPU time of ``repeat`` calls: steadier than wall time on a shared
+    machine, and the same thing for single-threaded code."""
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return statistics.median(times)
+
+
 def _measure(
     name: str,
     native: Callable[[], object],
@@ -282,8 +297,8 @@ def _measure(
     pure_repeat: int,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    native_s = _common.median_time(native, repeat)
-    pure_s = _common.median_time(pure, pure_repeat)
+    native_s = _median_cpu(native, repeat)
+    pure_s = _median_cpu(pure, pure_repeat)
     row: dict[str, Any] = {
         "function": name,
         "native_s": native_s,
@@ -295,7 +310,7 @@ def _measure(
     }
     if baseline is not None:
         label, fn = baseline
-        baseline_s = _common.median_time(fn, repeat)
+        baseline_s = _median_cpu(fn, repeat)
         row.update(baseline=label, baseline_s=baseline_s, vs_baseline=baseline_s / native_s)
     row.update(extra or {})
     return row
@@ -306,6 +321,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--episodes", type=int, default=12, help="50-turn episodes to generate")
     p.add_argument("--pairs", type=int, default=300, help="command lists in the all-pairs runs")
     args = p.parse_args(argv)
+    # numpy (under cdist, imported on first use) must not start a BLAS thread pool that
+    # spins beside single-threaded measurements.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     rng = random.Random(2026)
     episodes = [make_episode(rng, i) for i in range(args.episodes)]
     repeat = max(args.repeat, 1)
@@ -370,7 +389,7 @@ def main(argv: list[str]) -> int:
     assert [[(x.value, x.kind, x.turn, x.position) for x in leaks] for leaks in native_leaks] == [
         _regex_set_leaks(i, a, c) for i, a, c in io
     ]
-    aho_s = _common.median_time(lambda: [_ahocorasick_leaks(i, a, c) for i, a, c in io], repeat)
+    aho_s = _median_cpu(lambda: [_ahocorasick_leaks(i, a, c) for i, a, c in io], repeat)
     row = _measure(
         "scan_leaks",
         run_native_leaks,
@@ -388,5 +407,9 @@ def main(argv: list[str]) -> int:
     row["vs_ahocorasick"] = aho_s / row["native_s"]
     results.append(row)
 
-    _common.emit({"benchmark": "native", "results": results}, args.json)
+    _common.emit(
+        {"benchmark": "native", "clock": "process CPU time, median", "repeat": repeat,
+         "results": results},
+        args.json,
+    )
     return 0

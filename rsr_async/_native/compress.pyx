@@ -21,7 +21,29 @@ __all__ = ["CompressionReport", "clean_observation", "compress_trajectory"]
 cdef extern from "Python.h":
     Py_UCS4 PyUnicode_READ(int kind, const void* data, Py_ssize_t index) nogil
     object PyUnicode_FromKindAndData(int kind, const void* buffer, Py_ssize_t size)
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
     int PyUnicode_IS_ASCII(object text)
+
+cdef extern from *:
+    """
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    #endif
+    /* Index of the next ESC at or after i in p[0:n], or n: 16 bytes per compare. */
+    static inline Py_ssize_t rsr_find_esc(const unsigned char *p, Py_ssize_t i, Py_ssize_t n) {
+    #if defined(__SSE2__)
+        const __m128i esc = _mm_set1_epi8(27);
+        while (i + 16 <= n) {
+            int m = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i)), esc));
+            if (m) return i + __builtin_ctz(m);
+            i += 16;
+        }
+    #endif
+        while (i < n && p[i] != 27) i++;
+        return i;
+    }
+    """
+    Py_ssize_t rsr_find_esc(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) nogil
 
 cdef str SAME_MARKER = "[same output as the previous observation]"
 cdef object _replace = msgspec.structs.replace
@@ -101,7 +123,86 @@ cdef inline Py_ssize_t _utf8_len(str text):
     return _utf8_span(PyUnicode_KIND(text), PyUnicode_DATA(text), 0, n)
 
 
+cdef void _copy_stripped(const unsigned char* p, Py_ssize_t n, const Py_ssize_t* spans,
+                         Py_ssize_t count, Py_ssize_t a, Py_ssize_t b, char* dst) noexcept nogil:
+    """Copy characters ``a:b`` of the text without its escape ``spans`` (pairs of bounds)."""
+    cdef Py_ssize_t k, src = 0, pos = 0, seg_end, lo, hi
+    for k in range(count + 1):
+        seg_end = spans[2 * k] if k < count else n
+        # The kept segment p[src:seg_end] holds stripped characters pos:pos + length.
+        lo = a if a > pos else pos
+        hi = pos + (seg_end - src)
+        if hi > b:
+            hi = b
+        if hi > lo:
+            memcpy(dst, p + src + (lo - pos), hi - lo)
+            dst += hi - lo
+        pos += seg_end - src
+        if pos >= b or k == count:
+            return
+        src = spans[2 * k + 1]
+
+
+cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_t* escapes,
+                      bint* cut):
+    """``_clean`` for ASCII text (terminal screens, nearly always): escape spans are found
+    first, then only the characters that survive (head and tail, when cut) are copied,
+    once, straight into the new string."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
+    cdef const unsigned char* p = <const unsigned char*>PyUnicode_DATA(text)
+    cdef Py_ssize_t small[128]
+    cdef Py_ssize_t* spans = &small[0]
+    cdef Py_ssize_t* grown
+    cdef Py_ssize_t capacity = 64, count = 0, removed = 0, j, k, o, head, tail
+    cdef str marker, result
+    cdef char* dst
+    j = rsr_find_esc(p, 0, n) if strip_ansi else n
+    if j == n and (max_bytes <= 0 or n <= max_bytes):
+        return text
+    try:
+        while j < n:
+            k = _skip_escape(1, p, n, j)
+            if count == capacity:
+                grown = <Py_ssize_t*>PyMem_Malloc(capacity * 4 * sizeof(Py_ssize_t))
+                if grown == NULL:
+                    raise MemoryError()
+                memcpy(grown, spans, capacity * 2 * sizeof(Py_ssize_t))
+                if spans != &small[0]:
+                    PyMem_Free(spans)
+                spans = grown
+                capacity *= 2
+            spans[2 * count] = j
+            spans[2 * count + 1] = k
+            count += 1
+            removed += k - j
+            j = rsr_find_esc(p, k, n)
+        escapes[0] += count
+        o = n - removed
+        if max_bytes > 0 and o > max_bytes:
+            head = max_bytes // 2
+            tail = max_bytes - head
+            marker = f"\n[... {o - head - tail} bytes omitted ...]\n"
+            result = PyUnicode_New(head + PyUnicode_GET_LENGTH(marker) + tail, 127)
+            dst = <char*>PyUnicode_DATA(result)
+            _copy_stripped(p, n, spans, count, 0, head, dst)
+            memcpy(dst + head, PyUnicode_DATA(marker), PyUnicode_GET_LENGTH(marker))
+            _copy_stripped(p, n, spans, count, o - tail, o,
+                           dst + head + PyUnicode_GET_LENGTH(marker))
+            cut[0] = True
+            return result
+        if count == 0:
+            return text
+        result = PyUnicode_New(o, 127)
+        _copy_stripped(p, n, spans, count, 0, o, <char*>PyUnicode_DATA(result))
+        return result
+    finally:
+        if spans != &small[0]:
+            PyMem_Free(spans)
+
+
 cdef str _clean(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_t* escapes, bint* cut):
+    if PyUnicode_IS_ASCII(text):
+        return _clean_ascii(text, max_bytes, strip_ansi, escapes, cut)
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
     cdef int kind = PyUnicode_KIND(text)
     cdef const void* data = PyUnicode_DATA(text)

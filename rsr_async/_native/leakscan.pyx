@@ -306,6 +306,22 @@ cdef struct _Entry:
     Py_ssize_t start
     int32_t text
     int32_t length
+    uint64_t head  # the first 8 bytes (zero-padded) ...
+    uint64_t tail  # ... and the last 8 (0 when shorter): a word of up to 16 bytes is
+                   # compared without touching its text
+
+
+cdef inline void _head_tail(const uint8_t* b, Py_ssize_t n, uint64_t* head, uint64_t* tail) noexcept nogil:
+    cdef uint64_t w = 0
+    if n >= 8:
+        memcpy(&w, b, 8)
+        head[0] = w
+        memcpy(&w, b + n - 8, 8)
+        tail[0] = w
+    else:
+        memcpy(&w, b, n)
+        head[0] = w
+        tail[0] = 0
 
 
 cdef class LeakScanner:
@@ -369,8 +385,8 @@ cdef class LeakScanner:
         PyMem_Free(old)
         return 0
 
-    cdef inline Py_ssize_t _find(self, uint64_t h, int kind, const void* data,
-                                 Py_ssize_t s, Py_ssize_t n) noexcept:
+    cdef inline Py_ssize_t _find(self, uint64_t h, uint64_t head, uint64_t tail, int kind,
+                                 const void* data, Py_ssize_t s, Py_ssize_t n) noexcept:
         """Slot holding this word, or the empty slot where it would go (as ``-1 - slot``)."""
         cdef Py_ssize_t mask = self._cap - 1
         cdef uint64_t tag = h >> 32, slot
@@ -382,10 +398,50 @@ cdef class LeakScanner:
                 return -1 - j
             if (slot >> 32) == tag:
                 entry = self._entries + <Py_ssize_t>((slot & <uint64_t>0xFFFFFFFF) - 1)
-                if entry.length == n and _same(kind, data, s, self._kinds[entry.text],
-                                               self._datas[entry.text], entry.start, n):
+                if (entry.length == n and entry.head == head and entry.tail == tail
+                        and (n <= 16 or _same(kind, data, s, self._kinds[entry.text],
+                                              self._datas[entry.text], entry.start, n))):
                     return j
             j = (j + 1) & mask
+
+    cdef int _lookup(self, int kind, const void* data, Py_ssize_t s, Py_ssize_t e,
+                     Py_ssize_t insert_from) except -1:
+        """1 when the ASCII word ``data[s:e]`` is known, else 0; with ``insert_from`` >= 0
+        an unknown word is added, pointing into that text."""
+        cdef uint8_t small[64]
+        cdef uint8_t* b
+        cdef Py_ssize_t n = e - s, i, slot
+        cdef uint64_t h, head, tail
+        cdef _Entry* entry
+        if kind == 1:
+            b = <uint8_t*>data + s
+        else:
+            b = &small[0] if n <= 64 else <uint8_t*>PyMem_Malloc(n)
+            if b == NULL:
+                raise MemoryError()
+            for i in range(n):
+                b[i] = <uint8_t>PyUnicode_READ(kind, data, s + i)
+        h = _hash_bytes(b, n)
+        _head_tail(b, n, &head, &tail)
+        if kind != 1 and n > 64:
+            PyMem_Free(b)
+        slot = self._find(h, head, tail, kind, data, s, n)
+        if slot >= 0:
+            return 1
+        if insert_from < 0:
+            return 0
+        slot = -1 - slot
+        entry = self._entries + self._count
+        entry.start = s
+        entry.text = <int32_t>insert_from
+        entry.length = <int32_t>n
+        entry.head = head
+        entry.tail = tail
+        self._count += 1
+        self._slots[slot] = ((h >> 32) << 32) | <uint64_t>self._count
+        if self._count * 2 > self._cap:
+            self._grow()
+        return 0
 
     cdef int _add_text(self, str text) except -1:
         cdef int* kinds
@@ -430,20 +486,8 @@ cdef class LeakScanner:
                 self._insert(tidx, kind, data, s, e)
 
     cdef inline int _insert(self, Py_ssize_t tidx, int kind, const void* data,
-                     Py_ssize_t s, Py_ssize_t e) except -1:
-        cdef uint64_t h = _hash_bytes(<const uint8_t*>data + s, e - s) if kind == 1 else _hash(kind, data, s, e)
-        cdef Py_ssize_t slot = self._find(h, kind, data, s, e - s)
-        if slot >= 0:
-            return 0
-        slot = -1 - slot
-        cdef _Entry* entry = self._entries + self._count
-        entry.start = s
-        entry.text = <int32_t>tidx
-        entry.length = <int32_t>(e - s)
-        self._count += 1
-        self._slots[slot] = ((h >> 32) << 32) | <uint64_t>self._count
-        if self._count * 2 > self._cap:
-            self._grow()
+                            Py_ssize_t s, Py_ssize_t e) except -1:
+        self._lookup(kind, data, s, e, tidx)
         return 0
 
     cdef int _observe_word(self, const uint8_t* p, Py_ssize_t s, Py_ssize_t e,
@@ -542,7 +586,7 @@ cdef class LeakScanner:
         cdef Py_ssize_t n = PyUnicode_GET_LENGTH(value)
         if not PyUnicode_IS_ASCII(value):
             return False  # the table holds words, and words are ASCII
-        return self._find(_hash(kind, data, 0, n), kind, data, 0, n) >= 0
+        return self._lookup(kind, data, 0, n, -1) == 1
 
     cdef bint _known_quoted(self, str value):
         if self._known_word(value):
@@ -578,7 +622,7 @@ cdef class LeakScanner:
             if i < 0:
                 break
             code = _classify(kind, data, s, e)
-            if code and self._find(_hash(kind, data, s, e), kind, data, s, e - s) < 0:
+            if code and not self._lookup(kind, data, s, e, -1):
                 found.append((s, 0, a[s:e], _KIND_NAMES[code]))
         i = 0
         while i < n:

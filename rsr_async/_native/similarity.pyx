@@ -47,6 +47,18 @@ cdef inline bint _is_space(Py_UCS4 ch) noexcept nogil:
         or ch == 0x2028 or ch == 0x2029 or ch == 0x202F or ch == 0x205F or ch == 0x3000
 
 
+cdef uint8_t _SPACE1[256]  # _is_space for one-byte characters
+
+
+cdef void _init_space1() noexcept:
+    cdef int c
+    for c in range(256):
+        _SPACE1[c] = _is_space(<Py_UCS4>c)
+
+
+_init_space1()
+
+
 cdef str _normalize(str text):
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
     cdef int kind = PyUnicode_KIND(text)
@@ -258,21 +270,42 @@ cdef class _Vocab:
         cdef str owner = command
         cdef uint64_t h, tag, slot
         cdef _Word* w
-        while start < n and _is_space(PyUnicode_READ(kind, data, start)):
-            start += 1
-        if start == n:
-            return -1
-        while _is_space(PyUnicode_READ(kind, data, end - 1)):
-            end -= 1
-        for i in range(start, end):
-            ch = PyUnicode_READ(kind, data, i)
-            if _is_space(ch):
-                if ch != 32 or prev_space:
-                    simple = False
-                    break
-                prev_space = True
-            else:
-                prev_space = False
+        cdef const uint8_t* p = <const uint8_t*>data
+        cdef uint8_t b, now, was, bad
+        if kind == 1:
+            # One-byte strings (nearly all commands): a table instead of the full
+            # Unicode whitespace test, and no kind switch per character.
+            while start < n and _SPACE1[p[start]]:
+                start += 1
+            if start == n:
+                return -1
+            while _SPACE1[p[end - 1]]:
+                end -= 1
+            # Branch-free: a space is fine unless it is not ' ' or follows another space.
+            bad = 0
+            was = 0
+            for i in range(start, end):
+                b = p[i]
+                now = _SPACE1[b]
+                bad |= now & ((b != 32) | was)
+                was = now
+            simple = not bad
+        else:
+            while start < n and _is_space(PyUnicode_READ(kind, data, start)):
+                start += 1
+            if start == n:
+                return -1
+            while _is_space(PyUnicode_READ(kind, data, end - 1)):
+                end -= 1
+            for i in range(start, end):
+                ch = PyUnicode_READ(kind, data, i)
+                if _is_space(ch):
+                    if ch != 32 or prev_space:
+                        simple = False
+                        break
+                    prev_space = True
+                else:
+                    prev_space = False
         if not simple:
             owner = _normalize(command)
             kind = PyUnicode_KIND(owner)
@@ -321,7 +354,7 @@ cdef _Encoded _encode(list items, Py_ssize_t skip, str fname, bint first_is_b=Fa
         if isinstance(item, Trajectory):
             raw = item.commands(skip_first=skip)
         elif isinstance(item, (list, tuple)):
-            raw = item[skip:]
+            raw = item[skip:] if skip else item
         elif isinstance(item, str) or not isinstance(item, Sequence):
             raise TypeError(
                 f"{fname}: {_item_name(i, first_is_b)} must be a Trajectory or a sequence "

@@ -41,6 +41,10 @@ PROMPT: list[ChatMessage] = [
 ]
 
 
+SYSTEM = ("You are an AI assistant tasked with solving command-line tasks in a Linux "
+          "environment. Reply with JSON: analysis, plan, commands, task_complete. ") * 4
+
+
 async def _drive(concurrency: int, duration_s: float, call: Any) -> tuple[float, float, int]:
     """(requests/s, client CPU µs per request, errors) for ``concurrency`` workers."""
     done = 0
@@ -118,9 +122,10 @@ async def run_episodes(model: ModelRouter, episodes: int, turns: int, concurrenc
     async def episode(i: int) -> None:
         nonlocal prompt, cached
         async with limiter:
+            # The same episode shape as tests/llm/test_router.py.
             messages: list[ChatMessage] = [
-                {"role": "system", "content": "You are a terminal agent. " * 20},
-                {"role": "user", "content": f"Task Description: episode {i}: " + "make it work. " * 40},
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"Task Description: job {i}. " + "Fix the build. " * 60},
             ]
             for turn in range(turns):
                 completion = await model.chat(messages, affinity=f"episode-{i}", max_tokens=256)
@@ -128,7 +133,7 @@ async def run_episodes(model: ModelRouter, episodes: int, turns: int, concurrenc
                     prompt += completion.usage.prompt_tokens
                     cached += completion.usage.cached_tokens
                 messages = [*messages, {"role": "assistant", "content": completion.text},
-                            {"role": "user", "content": f"New Terminal Output:\nline {turn}\n" * 8}]
+                            {"role": "user", "content": f"New Terminal Output:\n$ make\nerror {turn}\n"}]
 
     async with anyio.create_task_group() as tg:
         for i in range(episodes):
@@ -176,7 +181,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--duration", type=float, default=3.0, help="seconds per sample")
     p.add_argument("--rounds", type=int, default=5, help="paired samples per level")
     p.add_argument("--episodes", type=int, default=200)
-    p.add_argument("--turns", type=int, default=6)
+    p.add_argument("--turns", type=int, default=5)
     args = p.parse_args(argv)
     try:
         import uvloop

@@ -10,9 +10,12 @@ import pytest
 
 from rsr_async.config import LLMConfig, SimConfig
 from rsr_async.llm.client import SGLangClient
+from rsr_async.llm.scripted import ScriptedModel
 from rsr_async.llm.sim import spawn_sim_servers
 from rsr_async.llm.sim.radix import RadixCache
 from rsr_async.llm.tokenizer import SimTokenizer
+
+from .conftest import INSTRUCTION
 
 
 def test_radix_matches_prefixes_and_splits_edges() -> None:
@@ -94,6 +97,16 @@ async def test_spawned_simulators_are_separate_processes_and_go_away(tasks_dir: 
         async with httpx.AsyncClient() as http:
             for url in urls:
                 assert (await http.get(url + "/health")).status_code == 200
+        # Each subprocess learned the tasks (and seeds its model with its index).
+        messages = [{"role": "user", "content": f"Task Description:\n{INSTRUCTION}\n$ "}]
+        for i, url in enumerate(urls):
+            local = ScriptedModel.from_tasks_dir(tasks_dir, seed=i)
+            async with SGLangClient(url, LLMConfig()) as client:
+                for _ in range(3):
+                    reply = (await client.chat(messages)).text  # type: ignore[arg-type]
+                    assert reply == local.reply(messages)  # type: ignore[arg-type]
+                    messages = [*messages, {"role": "assistant", "content": reply},
+                                {"role": "user", "content": "ok"}]
     async with httpx.AsyncClient() as http:
         for url in urls:
             with pytest.raises(httpx.ConnectError):

@@ -55,7 +55,7 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
 
 
-class GenerateResult(msgspec.Struct, frozen=True, kw_only=True):
+class GenerateResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What ``/generate`` returned."""
 
     text: str

@@ -158,8 +158,9 @@ class ModelRouter:
         lengths: list[int] = []
         async with anyio.create_task_group() as tg:
             async def probe(server: _Server) -> None:
-                length = await server.client.context_length(timeout_s=self.config.connect_timeout_s)
-                if length:
+                timeout_s = self.config.connect_timeout_s
+                server.healthy = await server.client.health(timeout_s=timeout_s)
+                if server.healthy and (length := await server.client.context_length(timeout_s=timeout_s)):
                     lengths.append(length)
 
             for server in self._servers:

@@ -148,10 +148,23 @@ async def test_a_dead_server_is_routed_around_and_its_breaker_opens() -> None:
             assert stats.servers[1].requests >= 24
     quick = msgspec.structs.replace(config, max_retries=1)
     async with ModelRouter(quick, urls=[dead.url]) as model:
-        with pytest.raises((NoHealthyServerError, LLMConnectionError)):
-            for _ in range(4):
-                await model.chat([{"role": "user", "content": "anyone?"}], affinity="x")
-        assert model.statistics().servers[0].breaker_open
+        assert not model.statistics().servers[0].healthy  # probed on entry
+        with pytest.raises(NoHealthyServerError):
+            await model.chat([{"role": "user", "content": "anyone?"}], affinity="x")
+
+
+async def test_breaker_opens_on_a_server_that_is_up_but_failing(sims: Callable[..., Any]) -> None:
+    failing, good = await sims(2)
+    failing.config = msgspec.structs.replace(failing.config, error_rate=1.0)
+    config = LLMConfig(breaker_failures=3, breaker_reset_s=60.0, backoff_s=0.001, max_retries=6)
+    async with ModelRouter(config, urls=[failing.url, good.url]) as model:
+        for i in range(12):
+            completion = await model.chat([{"role": "user", "content": f"q{i}"}], affinity=f"a{i}")
+            assert completion.server == good.url
+        stats = model.statistics()
+        assert stats.servers[0].breaker_open and stats.servers[0].healthy
+        assert stats.servers[0].errors == 3 and failing.faults["error"] == 3  # then skipped
+        assert stats.servers[1].requests == 12
 
 
 async def test_router_mode_usage_accounting_and_context_length(sims: Callable[..., Any]) -> None:

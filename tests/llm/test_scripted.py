@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from rsr_async.llm.scripted import (
     solve_probability,
     split_blocks,
 )
+from tests.conftest import run_cli_env
 
 from .conftest import INSTRUCTION, SOLVE
 
@@ -233,3 +235,11 @@ async def test_same_replies_in_process_and_behind_the_simulator(
                 assert remote.text == local.reply(messages, seed=11)
                 messages = [*messages, {"role": "assistant", "content": remote.text},
                             {"role": "user", "content": "New Terminal Output:\n$ \n"}]
+
+
+def test_the_contract_and_the_test_double_import_without_http_libraries() -> None:
+    code = ("import sys; import rsr_async.llm.base, rsr_async.llm.scripted; "
+            "print(','.join(m for m in ('aiohttp', 'httpx', 'jinja2') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60, env=run_cli_env())
+    assert out.stdout.strip() == ""

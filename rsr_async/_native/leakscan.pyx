@@ -10,7 +10,7 @@ so the answer is exact, never probabilistic.
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 from collections.abc import Sequence
 
@@ -324,6 +324,14 @@ cdef inline void _head_tail(const uint8_t* b, Py_ssize_t n, uint64_t* head, uint
         tail[0] = 0
 
 
+# One finished scanner's tables, kept for the next (every access holds the GIL).
+# Bounded: tables over 2**_SPARE_MAX_BITS slots are freed, not kept.
+cdef uint64_t* _spare_slots = NULL
+cdef _Entry* _spare_entries = NULL
+cdef Py_ssize_t _spare_bits = 0
+cdef Py_ssize_t _SPARE_MAX_BITS = 18
+
+
 cdef class LeakScanner:
     """Incremental leak scan of one episode: ``observe`` what the model saw, ``scan`` what it did."""
 
@@ -341,14 +349,26 @@ cdef class LeakScanner:
     cdef dict _quoted  # quoted value -> texts already searched without a hit
 
     def __cinit__(self):
+        global _spare_slots, _spare_entries, _spare_bits
         self._texts = []
         self._reported = set()
         self._quoted = {}
-        self._bits = 12
-        self._cap = 1 << self._bits
-        self._slots = <uint64_t*>PyMem_Calloc(self._cap, sizeof(uint64_t))
+        if _spare_slots != NULL:
+            # The last scanner's tables: no fresh pages to fault in, no regrowing from
+            # small for every episode.
+            self._bits = _spare_bits
+            self._cap = 1 << self._bits
+            self._slots = _spare_slots
+            self._entries = _spare_entries
+            _spare_slots = NULL
+            _spare_entries = NULL
+            memset(self._slots, 0, self._cap * sizeof(uint64_t))
+        else:
+            self._bits = 12
+            self._cap = 1 << self._bits
+            self._slots = <uint64_t*>PyMem_Calloc(self._cap, sizeof(uint64_t))
+            self._entries = <_Entry*>PyMem_Malloc((self._cap // 2 + 1) * sizeof(_Entry))
         self._entries_cap = self._cap // 2 + 1
-        self._entries = <_Entry*>PyMem_Malloc(self._entries_cap * sizeof(_Entry))
         if self._slots == NULL or self._entries == NULL:
             raise MemoryError()
 
@@ -356,8 +376,18 @@ cdef class LeakScanner:
         self.observe(instruction)
 
     def __dealloc__(self):
-        PyMem_Free(self._slots)
-        PyMem_Free(self._entries)
+        global _spare_slots, _spare_entries, _spare_bits
+        if self._slots != NULL and self._entries != NULL and self._bits <= _SPARE_MAX_BITS and (
+            _spare_slots == NULL or _spare_bits < self._bits
+        ):
+            PyMem_Free(_spare_slots)
+            PyMem_Free(_spare_entries)
+            _spare_slots = self._slots
+            _spare_entries = self._entries
+            _spare_bits = self._bits
+        else:
+            PyMem_Free(self._slots)
+            PyMem_Free(self._entries)
         PyMem_Free(self._kinds)
         PyMem_Free(<void*>self._datas)
 

@@ -60,7 +60,7 @@ async def run_oracle(sandbox: Sandbox, task: Task, *, time_limit: float | None =
     The solution is uploaded to a temporary path, run with bash from the task's workdir
     under the agent timeout, then removed, so the verifier sees only its effects.
     """
-    local, remote, script = _solution_location(task)
+    local, remote, script = await anyio.to_thread.run_sync(_solution_location, task)
     limit = task.agent_timeout_s if time_limit is None else time_limit
     top = remote if task.format == "harbor" else remote.rsplit("/", 1)[0]
     try:

@@ -221,8 +221,8 @@ async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = Non
     :class:`~rsr_async.errors.SandboxError` when the sandbox itself fails, and
     :class:`~rsr_async.errors.TaskError` when the task has no tests.
     """
-    if not task.tests_dir:
-        raise TaskError("task has no tests directory", task=task.name, path=task.path)
+    if not task.tests_dir or not await anyio.Path(task.tests_dir).is_dir():
+        raise TaskError("task has no tests directory", task=task.name, path=task.tests_dir or task.path)
     limit = task.verifier_timeout_s if time_limit is None else time_limit
     started = time.monotonic()
     try:

@@ -88,6 +88,22 @@ async def test_validate_flags_each_kind_of_bad_task(pool: SandboxPool, fixtures:
 
 
 @pytest.mark.docker
+def test_validate_cli_exits_non_zero_on_a_bad_task(fixtures: Path, tmp_path: Path) -> None:
+    _variant(tmp_path, fixtures, "c-good")
+    _variant(tmp_path, fixtures, "c-trivial",
+             {"tests/test.sh": "#!/bin/bash\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\n"})
+    try:
+        out = _cli("validate", str(tmp_path), timeout=300)
+    finally:
+        _remove_images(["c-good", "c-trivial"])
+    assert out.returncode == 1, out.stdout + out.stderr
+    rows = {line.split()[0]: line for line in out.stdout.splitlines()[2:] if line.strip()}
+    assert rows["c-good"].split()[3:5] == ["1.00", "0.00"] and rows["c-good"].endswith("ok")
+    assert rows["c-trivial"].endswith("BAD: untouched: the environment passes without any work")
+    assert "1/2 tasks valid" in out.stdout
+
+
+@pytest.mark.docker
 @pytest.mark.slow
 def test_bundled_suite_validates(tmp_path: Path) -> None:
     """Every bundled task: image builds, oracle passes, untouched environment fails."""

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from rsr_async.config import SandboxConfig
+from rsr_async.errors import TaskError
 from rsr_async.sandbox import SandboxPool
 from rsr_async.schema import Task
 from rsr_async.tasks import (
@@ -133,6 +134,9 @@ async def test_verifier_env_and_workdir(pool: SandboxPool, tmp_path: Path) -> No
                        verifier_env={"STRICT": "1"}, workdir="/var")
     async with pool.sandbox(task, key="env") as sandbox:
         result = await verify(sandbox, task)
+        missing = msgspec.structs.replace(task, tests_dir=str(tmp_path / "gone"))
+        with pytest.raises(TaskError, match="no tests directory"):
+            await verify(sandbox, missing)
     assert result.reward == 1.0 and "/var 1" in result.output
 
 

@@ -55,19 +55,17 @@ def _config(args: argparse.Namespace) -> SimConfig:
         "context_length": args.context_length, "max_running_requests": args.max_running_requests,
     }
     changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    if args.seed_offset:
-        changes["seed"] = sim.seed + args.seed_offset
     return msgspec.structs.replace(sim, **changes)
 
 
-async def _serve(config: SimConfig, tasks: str | None) -> None:
+async def _serve(config: SimConfig, tasks: str | None, fault_seed: int) -> None:
     from .sim.server import READY_LINE, SimServer
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with SimServer(config, tasks_dir=tasks) as server:
+    async with SimServer(config, tasks_dir=tasks, fault_seed=fault_seed) as server:
         sys.stdout.write(f"{READY_LINE}{server.url}\n")
         sys.stdout.flush()
         await stop.wait()
@@ -79,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         import uvloop
 
-        uvloop.run(_serve(config, args.tasks))
+        uvloop.run(_serve(config, args.tasks, config.seed + args.seed_offset))
     except ImportError:
-        asyncio.run(_serve(config, args.tasks))
+        asyncio.run(_serve(config, args.tasks, config.seed + args.seed_offset))
     return 0

@@ -82,7 +82,8 @@ class _Histogram:
 class SimServer:
     """One simulated SGLang server on the current event loop (async context manager).
 
-    ``model`` defaults to a :class:`ScriptedModel` knowing the tasks under ``tasks_dir``.
+    ``model`` defaults to a :class:`ScriptedModel` knowing the tasks under ``tasks_dir``,
+    seeded with ``config.seed``; ``fault_seed`` (default ``config.seed``) drives faults.
     ``port=0`` in the config picks a free port; read :attr:`url` once entered.
     """
 
@@ -92,6 +93,7 @@ class SimServer:
         *,
         model: ScriptedModel | None = None,
         tasks_dir: str | Path | None = None,
+        fault_seed: int | None = None,
     ) -> None:
         self.config = config or SimConfig()
         if model is None:
@@ -103,7 +105,9 @@ class SimServer:
         self.model = model
         self.tokenizer = SimTokenizer()
         self.cache = RadixCache(self.config.cache_tokens)
-        self._rng = random.Random(self.config.seed)
+        # Faults may differ per server; the model's replies must not (an episode's outcome
+        # depends on task, harness and seed, never on which server answered).
+        self._rng = random.Random(self.config.seed if fault_seed is None else fault_seed)
         self._slots = asyncio.Semaphore(self.config.max_running_requests)
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._aborts: dict[str, asyncio.Event] = {}

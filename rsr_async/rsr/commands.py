@@ -11,7 +11,7 @@ import hashlib
 import json
 import sys
 import time
-from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +20,11 @@ from ..engine import Engine
 from ..engine.signals import exit_code, run_async, shutdown_on_signals
 from ..engine.store import resume_view
 from ..errors import ConfigError, TaskError
-from ..llm import ModelRouter, spawn_sim_servers
-from ..sandbox import SandboxPool, bootstrap_base_image
 from ..schema import Task
 from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs
-from .episode import EpisodeRunner
+from .runtime import episode_runtime
 from .summary import render_summary, summarise, write_summary
-
-SCRIPTED_NOTICE = (
-    "No --llm-url given: starting the embedded SGLang simulator with the scripted "
-    "stand-in model. It is a TEST DOUBLE that types the tasks' reference solutions with "
-    "a seeded probability; its pass rates are not a model's results."
-)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,29 +109,16 @@ async def _run(
     force: bool,
     sim_servers: int,
 ) -> int:
-    await bootstrap_base_image(config.sandbox)  # idempotent: skips when present
     started = time.monotonic()
-    scripted = not config.llm.urls
-    async with AsyncExitStack() as stack:
-        urls = list(config.llm.urls)
-        if scripted:
-            print(SCRIPTED_NOTICE, file=sys.stderr)
-            urls = await stack.enter_async_context(
-                spawn_sim_servers(config.sim, count=sim_servers, tasks_dir=tasks_dir)
-            )
-        model = await stack.enter_async_context(ModelRouter(config.llm, urls=urls))
-        run_id = f"{STAGE}-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:12]}"
-        pool = await stack.enter_async_context(
-            SandboxPool(config.sandbox, run_id=run_id, run_dir=run_dir)
-        )
-        runner = EpisodeRunner(pool=pool, model=model, harness=config.harness)
-        gauges = {
-            "sandboxes": lambda: float(pool.statistics().live),
-            "cached_share": lambda: model.statistics().usage.cached_share,
-        }
-        engine = await stack.enter_async_context(
-            Engine(config, runner=runner, run_dir=run_dir, force=force, gauges=gauges)
-        )
+    notice = partial(print, file=sys.stderr)
+    async with (
+        episode_runtime(
+            config, run_dir=run_dir, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=notice
+        ) as runtime,
+        Engine(
+            config, runner=runtime.runner, run_dir=run_dir, force=force, gauges=runtime.gauges
+        ) as engine,
+    ):
         done_here = 0
         async with shutdown_on_signals(engine) as signals:
             async for _ in engine.run(discover_jobs(tasks, config), stage=STAGE):
@@ -147,14 +126,13 @@ async def _run(
         summary = summarise(
             engine.store,
             stage=STAGE,
-            model=model.model_name,
-            # The simulator names its model; a separately started one is still a test double.
-            scripted_model=scripted or "scripted" in model.model_name,
+            model=runtime.model.model_name,
+            scripted_model=runtime.scripted,
             tasks=len(tasks),
             attempts=config.run.attempts,
             wall_s=time.monotonic() - started,
             episodes_this_run=done_here,
-            peak_sandboxes=pool.statistics().peak_live,
+            peak_sandboxes=runtime.pool.statistics().peak_live,
         )
         path = write_summary(summary, run_dir)
         code = exit_code(engine.statistics(), signals)

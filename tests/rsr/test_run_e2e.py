@@ -3,7 +3,6 @@ subprocesses (including a SIGKILL mid-run)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rsr_async.engine.store import Store
+from rsr_async.rsr.runtime import run_id_for
 from rsr_async.tasks import BUNDLED_SUITE
 from tests.conftest import run_cli_env
 
@@ -40,9 +40,8 @@ def _run_cmd(dataset: Path, run_dir: Path, *extra: str) -> list[str]:
 
 def _labelled_containers(run_dir: Path) -> list[str]:
     """Containers still labelled with this run's id (the run id derives from the run dir)."""
-    run_id = f"discover-{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]}"
     return subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=rsr_async.run={run_id}"],
+        ["docker", "ps", "-aq", "--filter", f"label=rsr_async.run={run_id_for(run_dir)}"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout.split()
 

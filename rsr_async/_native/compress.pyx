@@ -42,11 +42,41 @@ cdef extern from *:
         while (i < n && p[i] != 27) i++;
         return i;
     }
+
+    /* Bit i set when p[i] is ESC, for the 64 bytes at p (all readable). */
+    static inline unsigned long long rsr_esc_mask64(const unsigned char *p) {
+    #if defined(__SSE2__)
+        const __m128i esc = _mm_set1_epi8(27);
+        unsigned long long m = 0;
+        int k;
+        for (k = 0; k < 4; k++)
+            m |= (unsigned long long)(unsigned)_mm_movemask_epi8(
+                     _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * k)), esc)) << (16 * k);
+        return m;
+    #else
+        unsigned long long m = 0;
+        int k;
+        for (k = 0; k < 64; k++) m |= (unsigned long long)(p[k] == 27) << k;
+        return m;
+    #endif
+    }
+
+    static inline int rsr_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
     """
     Py_ssize_t rsr_find_esc(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) nogil
+    unsigned long long rsr_esc_mask64(const unsigned char* p) nogil
+    int rsr_ctz64(unsigned long long x) nogil
 
 cdef str SAME_MARKER = "[same output as the previous observation]"
-cdef object _replace = msgspec.structs.replace
+cdef object _force_setattr = msgspec.structs.force_setattr
+
+
+cdef inline object _replace(object message, str field, object value):
+    """``msgspec.structs.replace`` for one field, a little faster: the copy is new and
+    private, so setting its field in place is safe though the record is frozen."""
+    cdef object copy = message.__copy__()
+    _force_setattr(copy, field, value)
+    return copy
 
 
 cdef inline Py_ssize_t _find_esc(int kind, const void* data, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
@@ -156,26 +186,46 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
     cdef Py_ssize_t capacity = 64, count = 0, removed = 0, j, k, o, head, tail
     cdef str marker, result
     cdef char* dst
+    cdef Py_ssize_t base
+    cdef unsigned long long mask
     j = rsr_find_esc(p, 0, n) if strip_ansi else n
     if j == n and (max_bytes <= 0 or n <= max_bytes):
         return text
     try:
-        while j < n:
-            k = _skip_escape(1, p, n, j)
-            if count == capacity:
-                grown = <Py_ssize_t*>PyMem_Malloc(capacity * 4 * sizeof(Py_ssize_t))
-                if grown == NULL:
-                    raise MemoryError()
-                memcpy(grown, spans, capacity * 2 * sizeof(Py_ssize_t))
-                if spans != &small[0]:
-                    PyMem_Free(spans)
-                spans = grown
-                capacity *= 2
-            spans[2 * count] = j
-            spans[2 * count + 1] = k
-            count += 1
-            removed += k - j
-            j = rsr_find_esc(p, k, n)
+        # ESC positions 64 bytes at a time as a bit mask; each escape sequence is then
+        # parsed from its ESC, and the mask bits it covers are dropped.
+        base = j
+        while base < n:
+            if n - base >= 64:
+                mask = rsr_esc_mask64(p + base)
+            else:
+                mask = 0
+                for k in range(n - base):
+                    if p[base + k] == 27:
+                        mask |= (<unsigned long long>1) << k
+            while mask:
+                j = base + rsr_ctz64(mask)
+                k = _skip_escape(1, p, n, j)
+                if count == capacity:
+                    grown = <Py_ssize_t*>PyMem_Malloc(capacity * 4 * sizeof(Py_ssize_t))
+                    if grown == NULL:
+                        raise MemoryError()
+                    memcpy(grown, spans, capacity * 2 * sizeof(Py_ssize_t))
+                    if spans != &small[0]:
+                        PyMem_Free(spans)
+                    spans = grown
+                    capacity *= 2
+                spans[2 * count] = j
+                spans[2 * count + 1] = k
+                count += 1
+                removed += k - j
+                if k - base >= 64:
+                    break
+                mask &= (~(<unsigned long long>0)) << (k - base)
+            else:
+                base += 64
+                continue
+            base = k  # an escape ran past the block: carry on from its end
         escapes[0] += count
         o = n - removed
         if max_bytes > 0 and o > max_bytes:
@@ -354,7 +404,7 @@ def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=Tr
                 skipping = False
                 if n_plain != n_commands:
                     statem_commands += n_commands - n_plain
-                    out = _replace(message, commands=plain)
+                    out = _replace(message, "commands", plain)
         elif origin == "env":
             if skipping:
                 statem += 1
@@ -368,15 +418,15 @@ def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=Tr
                     if previous_kept_is_it:
                         out = None
                     else:
-                        out = _replace(message, content=SAME_MARKER)
+                        out = _replace(message, "content", SAME_MARKER)
                 else:
                     previous = text
                     if text is not content:
-                        out = _replace(message, content=text)
+                        out = _replace(message, "content", text)
         elif origin == "task" and strip:
             text = _clean(content, 0, True, &escapes, &cut)
             if text is not content:
-                out = _replace(message, content=text)
+                out = _replace(message, "content", text)
         if out is None:
             dropped.append(index)
             continue

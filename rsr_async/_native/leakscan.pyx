@@ -7,7 +7,7 @@ no Python string is made for a known word. A lookup compares characters on a has
 so the answer is exact, never probabilistic.
 """
 
-from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
@@ -234,28 +234,6 @@ cdef inline uint64_t _hash_bytes(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     h *= <uint64_t>0xBF58476D1CE4E5B9
     h ^= h >> 32
     return h if h else 1  # 0 marks an empty table slot
-
-
-cdef uint64_t _hash(int kind, const void* data, Py_ssize_t s, Py_ssize_t e) noexcept nogil:
-    """Hash of an ASCII word, the same whatever the kind of the string holding it."""
-    cdef uint8_t small[64]
-    cdef uint8_t* buf
-    cdef uint64_t h
-    cdef Py_ssize_t i, n = e - s
-    if kind == 1:
-        return _hash_bytes(<const uint8_t*>data + s, n)
-    if n <= 64:
-        buf = &small[0]
-    else:
-        buf = <uint8_t*>PyMem_RawMalloc(n)
-    if buf == NULL:
-        return 1  # never: a word is short; a collision only costs a comparison
-    for i in range(n):
-        buf[i] = <uint8_t>PyUnicode_READ(kind, data, s + i)
-    h = _hash_bytes(buf, n)
-    if n > 64:
-        PyMem_RawFree(buf)
-    return h
 
 
 cdef inline bint _same(int k1, const void* d1, Py_ssize_t s1,

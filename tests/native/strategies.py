@@ -15,4 +15,6 @@ edge_text = st.text(alphabet=st.sampled_from(EDGES), max_size=80)
 any_text = st.text(max_size=60)
 text = st.one_of(edge_text, any_text)
 # Long word-heavy text crosses the 64-byte blocks of the one-byte fast paths.
-long_ascii = st.text(alphabet=st.sampled_from("ab0123/._-+~ \n'\"x9f"), min_size=50, max_size=400)
+long_ascii = st.text(
+    alphabet=st.sampled_from("ab0123/._-+~ \n'\"x9f\x1b[;m]\x07"), min_size=50, max_size=400
+)

@@ -1,10 +1,12 @@
 # cython: language_level=3
 """Leak scanning, compiled. Twin: ``leakscan_py.py`` (same answers; the rules are there).
 
-Every known text is read once through the PEP 393 API; its candidate words go into an
-open-addressing table of (hash, text, start, length) that points back into the text, so
-no Python string is made for a known word. A lookup compares characters on a hash match,
-so the answer is exact, never probabilistic.
+Every known text is read once through the PEP 393 API. One-byte text is classified 64
+bytes at a time (SSE2 compares to bit masks), so words that cannot be candidates are
+skipped without being visited. Candidate words go into an open-addressing table whose
+entries point back into their text (plus their first and last 8 bytes inline), so no
+Python string is made for a known word. A lookup compares characters on a hash match:
+the answer is exact, never probabilistic.
 """
 
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc

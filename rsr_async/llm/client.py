@@ -290,7 +290,14 @@ class SGLangClient:
         start = time.perf_counter()
         if stream:
             payload["stream"] = True
-            data = await self._stream_generate(payload, rid)
+            if deadline is None:
+                data = await self._stream_generate(payload, rid)
+            else:
+                try:
+                    with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                        data = await self._stream_generate(payload, rid)
+                except TimeoutError as exc:
+                    raise LLMTimeoutError(f"{self._generate_url}: stream passed its deadline") from exc
         else:
             data = await self._post(self._generate_url, payload, rid, deadline)
         if isinstance(data, list):  # a batch reply to a single prompt

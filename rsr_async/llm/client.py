@@ -364,7 +364,7 @@ class SGLangClient:
     ) -> Completion:
         """One ``POST /v1/chat/completions`` attempt (no retries)."""
         payload: dict[str, Any] = {
-            "model": self.config.model,
+            "model": self.config.model or "default",  # SGLang serves one model; the name is informational
             "messages": list(messages),
             "max_tokens": max_tokens or self.config.max_new_tokens,
         }

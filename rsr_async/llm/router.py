@@ -16,6 +16,7 @@ URL, which routes by itself; ``round_robin`` ignores affinity (a baseline).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import zlib
@@ -139,7 +140,7 @@ class ModelRouter:
 
     @property
     def model_name(self) -> str:
-        """Name recorded in trajectories (``llm.model``)."""
+        """Name recorded in trajectories: ``llm.model``, else the servers' ``model_path``."""
         return self._model_name
 
     @property
@@ -156,17 +157,25 @@ class ModelRouter:
             for u in self._urls
         ]
         lengths: list[int] = []
+        names: list[str] = []
         async with anyio.create_task_group() as tg:
             async def probe(server: _Server) -> None:
                 timeout_s = self.config.connect_timeout_s
                 server.healthy = await server.client.health(timeout_s=timeout_s)
                 if server.healthy and (length := await server.client.context_length(timeout_s=timeout_s)):
                     lengths.append(length)
+                if server.healthy and not self.config.model:
+                    with contextlib.suppress(LLMError, msgspec.DecodeError):
+                        info = await server.client.model_info(timeout_s=timeout_s)
+                        if isinstance(name := info.get("model_path"), str) and name:
+                            names.append(name)
 
             for server in self._servers:
                 tg.start_soon(probe, server)
         if lengths:
             self._context_length = min(lengths)
+        if names:  # llm.model unset: record what the servers say they serve
+            self._model_name = sorted(names)[0]
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         for server in self._servers:

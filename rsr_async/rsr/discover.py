@@ -42,6 +42,7 @@ def discover_jobs(tasks: Sequence[Task], config: Config) -> Iterator[Job]:
                         temperature=config.llm.temperature,
                         seed=episode_seed(config.run.seed, key),
                         max_turns=config.harness.max_turns,
-                        affinity=f"{STAGE}/{task.name}/{harness}",
+                        # group#member: attempts of a task start on one server (shared prefix)
+                        affinity=f"{STAGE}:{task.name}:{harness}#a{attempt}",
                     ),
                 )

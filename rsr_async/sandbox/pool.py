@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -44,6 +45,8 @@ LABEL_TASK = "rsr_async.task"
 LABEL_OWNER = "rsr_async.owner"
 """``<host id>:<pid>:<process start ticks>`` of the process that started the container."""
 LABEL_RUN_DIR = "rsr_async.run_dir"
+LABEL_POOL = "rsr_async.pool"
+"""A random id per :class:`SandboxPool`: its exit sweep touches only its own containers."""
 LOCK_NAME = "sandbox.lock"
 """Held (flock) by a live pool in its run directory: a free lock proves the owner gone."""
 
@@ -229,6 +232,7 @@ class SandboxPool:
         self.run_dir = Path(run_dir) if run_dir else None
         self._hosts: list[DockerHost] = []
         self._owner = owner_label()
+        self._pool_id = uuid.uuid4().hex
         self._containers: dict[str, tuple[DockerHost, str]] = {}
         self._builds = BuildOnce()
         self._warm: dict[tuple[str, str, str], deque[aiodocker.docker.DockerContainer]] = {}
@@ -296,7 +300,7 @@ class SandboxPool:
                 with anyio.fail_after(self.config.api_timeout_s):
                     found = await host.docker.containers.list(
                         all=True,
-                        filters={"label": [f"{LABEL_RUN}={self.run_id}", f"{LABEL_OWNER}={self._owner}"]},
+                        filters={"label": [f"{LABEL_POOL}={self._pool_id}"]},
                     )
             except (aiodocker.DockerError, TimeoutError, OSError):
                 continue  # the daemon is gone; the next start-up sweep will find them
@@ -318,7 +322,7 @@ class SandboxPool:
         except BlockingIOError:
             fh.close()
             raise SandboxError(
-                f"run directory {self.run_dir} is in use by another live process "
+                f"run directory {self.run_dir} is in use by another live sandbox pool "
                 f"({LOCK_NAME} is locked); one run directory serves one engine at a time"
             ) from None
         fh.seek(0)
@@ -405,6 +409,7 @@ class SandboxPool:
             LABEL_EPISODE: key,
             LABEL_TASK: task.name,
             LABEL_OWNER: self._owner,
+            LABEL_POOL: self._pool_id,
         }
         if self.run_dir is not None:
             labels[LABEL_RUN_DIR] = str(self.run_dir.resolve())

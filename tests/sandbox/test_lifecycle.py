@@ -186,7 +186,7 @@ async def test_two_hosts_share_the_load() -> None:
 async def test_run_directory_lock_refuses_a_second_live_pool(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     async with SandboxPool(SandboxConfig(), run_id=new_run_id(), run_dir=run_dir):
-        with pytest.raises(SandboxError, match="in use by another live process"):
+        with pytest.raises(SandboxError, match="in use by another live sandbox pool"):
             async with SandboxPool(SandboxConfig(), run_id=new_run_id(), run_dir=run_dir):
                 pass
 

@@ -106,9 +106,11 @@ def _shim_rss_mib(ids: list[str]) -> float:
                 continue
             if b"-id" not in args or args[args.index(b"-id") + 1].decode() not in wanted:
                 continue
-            for line in (proc / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    values.append(int(line.split()[1]) / 1024)
+            values.extend(
+                int(line.split()[1]) / 1024
+                for line in (proc / "status").read_text().splitlines()
+                if line.startswith("VmRSS:")
+            )
         except (OSError, IndexError):
             continue
     return statistics.median(values) if values else float("nan")

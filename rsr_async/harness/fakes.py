@@ -100,10 +100,10 @@ class FakeShell:
         return remaining <= max_s
 
     def observe(self, max_bytes: int = 10000) -> str:
-        """Output since the last call, or the screen when there is none; truncated."""
+        """Output since the last call, truncated; "" when there is none."""
         new = self._transcript[self._observed :]
         self._observed = len(self._transcript)
-        return truncate_output(new if new.strip() else self.screen(), max_bytes)
+        return truncate_output(new, max_bytes) if new.strip() else ""
 
     def screen(self) -> str:
         """The last ``rows`` lines of the transcript."""

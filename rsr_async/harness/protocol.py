@@ -46,8 +46,6 @@ __all__ = [
 REQUIRED_FIELDS = ("analysis", "plan", "commands")
 KNOWN_FIELDS = frozenset((*REQUIRED_FIELDS, "task_complete"))
 KNOWN_COMMAND_FIELDS = frozenset(("keystrokes", "duration"))
-NEW_OUTPUT_HEADER = "New Terminal Output:"
-SCREEN_HEADER = "Current Terminal Screen:"
 
 
 class Reply(msgspec.Struct, frozen=True, kw_only=True):
@@ -291,13 +289,10 @@ def screen_text(shell: ShellSession, max_bytes: int = 10000) -> str:
 def observe(shell: ShellSession, max_bytes: int = 10000) -> str:
     """What the model sees after its commands ran: new output, or the screen if none.
 
-    ``ShellSession.observe`` returns the new output or, when nothing is new, the screen;
-    this adds Terminus's header. A shell that already adds the header is passed through.
+    The screen is emulated only when nothing new arrived (it costs milliseconds a turn).
     """
     text = shell.observe(max_bytes)
-    if text.startswith((NEW_OUTPUT_HEADER, SCREEN_HEADER)):
-        return text
-    if not text.strip() or text == truncate_output(shell.screen(), max_bytes):
+    if not text.strip():
         return screen_text(shell, max_bytes)
     return render("observation_new", output=text)
 

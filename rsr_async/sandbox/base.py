@@ -40,8 +40,11 @@ class ShellSession(Protocol):
         ...
 
     def observe(self, max_bytes: int = 10000) -> str:
-        """New output since the last observation, cleaned of ANSI codes; the screen when
-        nothing is new; head/tail-truncated to ``max_bytes`` with the omitted count."""
+        """New output since the last observation, cleaned of ANSI codes and head/tail-
+        truncated to ``max_bytes`` with the omitted count; ``""`` when nothing is new.
+
+        It never renders the screen: emulating it costs milliseconds, so a caller asks
+        for :meth:`screen` only when it needs it (nothing new, a full-screen program)."""
         ...
 
     def screen(self) -> str:

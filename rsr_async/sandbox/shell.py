@@ -217,11 +217,9 @@ class DockerShell:
             await self._wait_change(timeout)
 
     def observe(self, max_bytes: int = 10000) -> str:
-        """New output since the last observation, cleaned; the screen when nothing is new."""
+        """New output since the last observation, cleaned and truncated; "" when none."""
         text = self._buffer.take_text() if self._buffer.has_text() else ""
-        if not text.strip():
-            text = self._buffer.screen()
-        return truncate_output(text, max_bytes)
+        return truncate_output(text, max_bytes) if text.strip() else ""
 
     def screen(self) -> str:
         """The terminal screen as a person would see it now (pyte emulation, 160×40)."""

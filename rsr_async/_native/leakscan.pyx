@@ -12,7 +12,7 @@ the answer is exact, never probabilistic.
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 from collections.abc import Sequence
 
@@ -278,6 +278,53 @@ cdef inline Py_ssize_t _next_word(int kind, const void* data, Py_ssize_t n, Py_s
     return -1
 
 
+cdef uint8_t _RANK[256]  # guessed frequency of a byte in terminal text; lower is rarer
+
+
+cdef void _init_rank() noexcept:
+    cdef int c
+    cdef bytes common = b" etaoinsrhldcumfpgwybvkxjqz_-./0123456789=:\n"
+    for c in range(256):
+        _RANK[c] = 0 if c < 32 or c >= 127 else 1
+    for c in range(ord("A"), ord("Z") + 1):
+        _RANK[c] = 2
+    for c in range(len(common)):
+        _RANK[common[c]] = <uint8_t>(3 + (len(common) - c) * 4)
+
+
+_init_rank()
+
+
+cdef inline Py_ssize_t _rarest(const uint8_t* needle, Py_ssize_t m) noexcept nogil:
+    """Index of the needle byte least likely in the text: the one ``memchr`` looks for."""
+    cdef Py_ssize_t i, best = 0
+    for i in range(1, m):
+        if _RANK[needle[i]] < _RANK[needle[best]]:
+            best = i
+    return best
+
+
+cdef inline bint _contains_bytes(const uint8_t* hay, Py_ssize_t n, const uint8_t* needle,
+                                 Py_ssize_t m, Py_ssize_t rare) noexcept nogil:
+    """Substring test in one-byte text: ``memchr`` (vectorised) for the rarest needle byte,
+    then a compare around each hit."""
+    cdef Py_ssize_t i = rare
+    cdef const uint8_t* hit
+    if m == 0:
+        return True
+    if m > n:
+        return False
+    while i <= n - m + rare:
+        hit = <const uint8_t*>memchr(hay + i, needle[rare], n - m + rare + 1 - i)
+        if hit == NULL:
+            return False
+        i = hit - hay
+        if memcmp(hay + i - rare, needle, m) == 0:
+            return True
+        i += 1
+    return False
+
+
 cdef inline bint _is_ascii_space(Py_UCS4 c) noexcept nogil:
     return c == 32 or (9 <= c <= 13)
 
@@ -326,7 +373,7 @@ cdef class LeakScanner:
     cdef _Entry* _entries
     cdef Py_ssize_t _cap, _bits, _count, _entries_cap
     cdef set _reported
-    cdef dict _quoted  # quoted value -> texts already searched without a hit
+    cdef dict _quoted  # quoted value -> texts searched without a hit; -1: known
 
     def __cinit__(self):
         global _spare_slots, _spare_entries, _spare_bits
@@ -599,13 +646,27 @@ cdef class LeakScanner:
         return self._lookup(kind, data, 0, n, -1) == 1
 
     cdef bint _known_quoted(self, str value):
-        if self._known_word(value):
-            return True
-        # Texts only grow, so a value not found in the first k texts need only be looked
-        # for in the newer ones next time.
+        # Texts only grow: a value found once stays known (-1), and one not found in the
+        # first k texts need only be looked for in the newer ones next time.
         cdef Py_ssize_t searched = self._quoted.get(value, 0), i
+        if searched < 0:
+            return True
+        if self._known_word(value):
+            self._quoted[value] = -1
+            return True
+        cdef int kind = PyUnicode_KIND(value)
+        cdef const uint8_t* needle = <const uint8_t*>PyUnicode_DATA(value)
+        cdef Py_ssize_t m = PyUnicode_GET_LENGTH(value), rare = 0
+        if kind == 1:
+            rare = _rarest(needle, m)
         for i in range(searched, self._n_texts):
-            if value in <str>self._texts[i]:
+            if kind == 1 and self._kinds[i] == 1:
+                if _contains_bytes(<const uint8_t*>self._datas[i],
+                                   PyUnicode_GET_LENGTH(<str>self._texts[i]), needle, m, rare):
+                    self._quoted[value] = -1
+                    return True
+            elif value in <str>self._texts[i]:
+                self._quoted[value] = -1
                 return True
         self._quoted[value] = self._n_texts
         return False

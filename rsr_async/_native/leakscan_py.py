@@ -109,6 +109,7 @@ class LeakScanner:
         self._known: set[str] = set()
         self._texts: list[str] = []
         self._reported: set[str] = set()
+        self._quoted: dict[str, int] = {}
         self.observe(instruction)
 
     def observe(self, text: str) -> None:
@@ -121,6 +122,18 @@ class LeakScanner:
         # Every trimmed word, candidate or not: cheaper than classifying each, and the
         # same answers, since only candidates are ever looked up.
         self._known.update([w.lstrip(".-").rstrip("./-") for w in _WORD.findall(text)])
+
+    def _known_quoted(self, value: str) -> bool:
+        # Texts only grow: a value found once stays known (-1), and one not found in the
+        # first k texts need only be looked for in the newer ones next time.
+        searched = self._quoted.get(value, 0)
+        if searched < 0:
+            return True
+        if any(value in text for text in self._texts[searched:]):
+            self._quoted[value] = -1
+            return True
+        self._quoted[value] = len(self._texts)
+        return False
 
     def scan(self, action: str, turn: int = 0) -> list[Leak]:
         """Leaks in one action (its keystrokes), first uses only; ``turn`` is copied into each."""
@@ -135,7 +148,7 @@ class LeakScanner:
         for position, order, value, kind in found:
             if value in self._reported or value in self._known:
                 continue
-            if order == 1 and any(value in text for text in self._texts):
+            if order == 1 and self._known_quoted(value):
                 continue
             self._reported.add(value)
             out.append(Leak(value=value, kind=kind, turn=turn, position=position))

@@ -108,11 +108,14 @@ async def lag(concurrency: int, waves: int, steps: int) -> dict[str, Any]:
                     stats = engine.statistics()
                     if "t1" not in window and stats.running >= concurrency:
                         engine.loop_lag.reset()
-                        window.update(t1=time.perf_counter(), steps1=stats.steps)
+                        window.update(
+                            t1=time.perf_counter(), steps1=stats.steps, cpu1=time.process_time()
+                        )
                     if "t1" in window and stats.total and stats.pending == 0:
                         window.update(
                             t2=time.perf_counter(),
                             steps2=stats.steps,
+                            cpu2=time.process_time(),
                             lag_p99_ms=stats.loop_lag_p99_ms,
                             lag_max_ms=stats.loop_lag_max_ms,
                             lag_samples=engine.loop_lag.count,
@@ -130,6 +133,7 @@ async def lag(concurrency: int, waves: int, steps: int) -> dict[str, Any]:
     mean_step_s = runner.planned_s / runner.steps_done
     achieved = (window["steps2"] - window["steps1"]) / (window["t2"] - window["t1"])
     ideal = concurrency / mean_step_s
+    cpu_per_step = (window["cpu2"] - window["cpu1"]) / (window["steps2"] - window["steps1"])
     return {
         "concurrency": concurrency,
         "episodes": len(jobs),
@@ -144,6 +148,10 @@ async def lag(concurrency: int, waves: int, steps: int) -> dict[str, Any]:
         "achieved_steps_per_s": round(achieved, 1),
         "ideal_steps_per_s": round(ideal, 1),
         "achieved_vs_ideal": round(achieved / ideal, 4),
+        # CPU time is what the process used, whatever else ran on the machine: the cores
+        # this workload needs at the ideal rate (engine, fake episodes, writer, GC).
+        "cpu_us_per_step": round(cpu_per_step * 1e6, 2),
+        "cores_needed_at_ideal": round(cpu_per_step * ideal, 3),
         "succeeded": final.succeeded,
     }
 
@@ -192,6 +200,7 @@ def main(argv: list[str]) -> int:
         "engine_cpu_us_per_step": over["engine_cpu_us_per_step"],
         "loop_lag_p99_ms": lagged["loop_lag_p99_ms"],
         "achieved_vs_ideal": lagged["achieved_vs_ideal"],
+        "cores_needed_at_ideal": lagged["cores_needed_at_ideal"],
         "gc": f"tuned (gc.freeze, thresholds {GC_THRESHOLDS}), as run_async runs every CLI entry",
         "loop_lag_p99_ms_default_gc": default_gc["loop_lag_p99_ms"] if default_gc else None,
         "achieved_vs_ideal_default_gc": default_gc["achieved_vs_ideal"] if default_gc else None,

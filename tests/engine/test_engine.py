@@ -53,7 +53,7 @@ async def test_2000_concurrent_jobs_all_run_at_once_and_are_stored(tmp_path: Pat
         counts = engine.store.counts()
     elapsed = time.perf_counter() - start
     assert runner.max_running == 2000  # all in flight together
-    assert elapsed < 30, elapsed  # one after another would take 4000 s
+    assert elapsed < 120, elapsed  # one after another would take 4000 s
     assert sorted(str(r.key) for r in results) == sorted(str(j.key) for j in jobs)
     assert counts["succeeded"] == 2000 and stats.succeeded == 2000 and stats.steps == 4000
     assert stats.running == 0 and stats.pending == 0 and exit_code(stats) == EXIT_OK
@@ -147,9 +147,15 @@ async def test_cancelling_the_callers_scope_cancels_jobs_and_leaves_the_store_co
 
 
 async def test_asyncio_timeout_around_the_engine_cleans_up(tmp_path: Path) -> None:
-    runner = FakeRunner(latency_s=5.0)
+    fake = FakeRunner(latency_s=60.0)
     with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.5):
+        async with asyncio.timeout(None) as timeout:
+
+            async def runner(job: Job, ctx: JobContext) -> EpisodeResult:
+                if fake.running == 9:  # the tenth starts: time out once all are in flight
+                    timeout.reschedule(asyncio.get_running_loop().time() + 0.05)
+                return await fake(job, ctx)
+
             async with Engine(config(10), runner=runner, run_dir=tmp_path) as engine:
                 await collect(engine, make_jobs(30))
     store = Store.open_readonly(tmp_path)
@@ -163,10 +169,11 @@ async def test_leaving_the_loop_early_cancels_the_rest(tmp_path: Path) -> None:
     async with Engine(config(20), runner=runner, run_dir=tmp_path) as engine:
         async for _ in engine.run(make_jobs(100)):
             break
-        await anyio.sleep(0.1)
-        stats = engine.statistics()
-        counts = engine.store.counts()
-    assert stats.running == 0
+        with anyio.fail_after(10):
+            while engine.statistics().running:  # noqa: ASYNC110 - asyncio closes the abandoned generator
+                await anyio.sleep(0.01)
+    with Store.open_readonly(tmp_path) as store:
+        counts = store.counts()
     assert counts["running"] == 0 and sum(counts.values()) == 100
     assert counts["cancelled"] >= 15 and counts["succeeded"] >= 1
 
@@ -310,23 +317,26 @@ async def test_prometheus_endpoint(tmp_path: Path) -> None:
 
 
 async def test_checkpointed_trajectory_is_stored_on_cancel(tmp_path: Path) -> None:
-    async def runner(job: Job, ctx: JobContext) -> EpisodeResult:
-        trajectory = Trajectory(task=job.key.task, harness="fake")
-        ctx.checkpoint(trajectory)
-        for turn in range(1000):
-            trajectory.messages.append(Message(role="assistant", content=f"t{turn}", origin="model", turn=turn))
-            ctx.step()
-            await anyio.sleep(0.01)
-        raise AssertionError("not reached")
+    with anyio.CancelScope() as outer:
 
-    with anyio.move_on_after(0.3):
+        async def runner(job: Job, ctx: JobContext) -> EpisodeResult:
+            trajectory = Trajectory(task=job.key.task, harness="fake")
+            ctx.checkpoint(trajectory)
+            for turn in range(1000):
+                trajectory.messages.append(Message(role="assistant", content=f"t{turn}", origin="model", turn=turn))
+                ctx.step()
+                if turn == 6:
+                    outer.cancel()  # the caller gives up mid-episode
+                await anyio.sleep(0.001)
+            raise AssertionError("not reached")
+
         async with Engine(config(), runner=runner, run_dir=tmp_path) as engine:
             await collect(engine, make_jobs(1))
     store = Store.open_readonly(tmp_path)
     [result] = list(store.results())
     store.close()
     assert result.status == "cancelled" and result.trajectory is not None
-    assert 5 < len(result.trajectory.messages) < 1000 and result.turns == len(result.trajectory.messages)
+    assert len(result.trajectory.messages) == 7 and result.turns == 7
 
 
 async def test_limits(tmp_path: Path) -> None:

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import anyio
 import msgspec
 
-from ..errors import TaskError
+from ..errors import InfraError, TaskError
 from ..sandbox.base import ExecResult, Sandbox
 from ..schema import Task
 from .verifier import Verification, try_verify
@@ -24,6 +25,7 @@ from .verifier import Verification, try_verify
 __all__ = ["SandboxProvider", "ValidationRow", "run_oracle", "validate", "validate_task"]
 
 _SLACK_S = 30.0
+T = TypeVar("T")
 _HARBOR_SOLUTION_DIR = "/solution"
 
 
@@ -97,15 +99,36 @@ class ValidationRow(msgspec.Struct, kw_only=True):
 
 def _problem(prefix: str, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
-        return f"{prefix}: did not finish in time"
+        return f"{prefix}: infrastructure: a sandbox call did not finish in time"
+    if isinstance(exc, InfraError):
+        return f"{prefix}: infrastructure: {type(exc).__name__}: {exc}"
     return f"{prefix}: {type(exc).__name__}: {exc}"
 
 
+INFRA_ATTEMPTS = 2
+"""Tries per check when the sandbox itself fails (a loaded Docker host, not the task)."""
+
+
+async def _in_sandbox(
+    pool: SandboxProvider, task: Task, key: str, work: Callable[[Sandbox], Awaitable[T]]
+) -> T:
+    """Run ``work`` in a fresh sandbox; an infrastructure failure gets one fresh retry."""
+    for attempt in range(1, INFRA_ATTEMPTS + 1):
+        try:
+            async with pool.sandbox(task, key=f"{key}/{attempt}") as sandbox:
+                return await work(sandbox)
+        except (InfraError, TimeoutError):
+            if attempt == INFRA_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def _oracle_check(pool: SandboxProvider, task: Task, row: ValidationRow) -> None:
+    async def work(sandbox: Sandbox) -> tuple[ExecResult, Verification]:
+        return await run_oracle(sandbox, task), await try_verify(sandbox, task)
+
     try:
-        async with pool.sandbox(task, key=f"validate/{task.name}/oracle") as sandbox:
-            result = await run_oracle(sandbox, task)
-            verdict = await try_verify(sandbox, task)
+        result, verdict = await _in_sandbox(pool, task, f"validate/{task.name}/oracle", work)
     except Exception as exc:  # one broken task must not sink the whole validation
         row.problems.append(_problem("oracle", exc))
         return
@@ -120,9 +143,11 @@ async def _oracle_check(pool: SandboxProvider, task: Task, row: ValidationRow) -
 
 
 async def _nop_check(pool: SandboxProvider, task: Task, row: ValidationRow) -> None:
+    async def work(sandbox: Sandbox) -> Verification:
+        return await try_verify(sandbox, task)
+
     try:
-        async with pool.sandbox(task, key=f"validate/{task.name}/nop") as sandbox:
-            verdict = await try_verify(sandbox, task)
+        verdict = await _in_sandbox(pool, task, f"validate/{task.name}/nop", work)
     except Exception as exc:  # one broken task must not sink the whole validation
         row.problems.append(_problem("untouched", exc))
         return

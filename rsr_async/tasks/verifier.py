@@ -46,8 +46,9 @@ TESTS_DIR = "/tests"
 REWARD_DIR = "/logs/verifier"
 MAX_OUTPUT_CHARS = 200_000
 """Verifier output kept with a result: head and tail beyond this."""
-_CONTROL_TIME_S = 30.0
-"""Limit for the small bookkeeping commands (clean-up, reading the reward)."""
+_CONTROL_TIME_S = 120.0
+"""Limit for the small bookkeeping commands (clean-up, reading the reward); generous
+because a heavily loaded Docker host can take tens of seconds for an ``rm``."""
 _SLACK_S = 30.0
 """Extra wall clock over the in-container limit before we give up on the exec itself."""
 
@@ -187,7 +188,8 @@ async def _control(sandbox: Sandbox, command: str) -> str:
     with anyio.fail_after(_CONTROL_TIME_S + _SLACK_S):
         result = await sandbox.run(command, time_limit=_CONTROL_TIME_S)
     if result.exit_code != 0:
-        raise SandboxError(f"sandbox {sandbox.id}: {command!r} failed: {result.output[-500:]}")
+        how = "timed out" if result.timed_out else f"exited {result.exit_code}"
+        raise SandboxError(f"sandbox {sandbox.id}: {command!r} {how}: {result.output[-500:]}")
     return result.output
 
 

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
-from rsr_async.sandbox import SandboxPool
+from rsr_async.config import SandboxConfig
+from rsr_async.errors import ContainerError
+from rsr_async.sandbox import Sandbox, SandboxPool
+from rsr_async.schema import Task
 from rsr_async.tasks import BUNDLED_SUITE, load_task, validate
 from tests.conftest import run_cli_env
+
+BASE = SandboxConfig().base_image
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -117,3 +125,40 @@ def test_bundled_suite_validates(tmp_path: Path) -> None:
     partial = [r for r in rows if len(r["oracle_rewards"]) > 1]
     assert len(partial) >= 5
     assert f"{len(rows)}/{len(rows)} tasks valid" in out.stdout
+
+
+class _FlakyStarts:
+    """The real pool, except that sandbox starts fail like Docker can: the first attempt of
+    each check, or (``always``) every attempt."""
+
+    def __init__(self, pool: SandboxPool, *, always: bool = False) -> None:
+        self.pool = pool
+        self.always = always
+        self.keys: list[str] = []
+
+    async def ensure_image(self, task: Task) -> str:
+        return await self.pool.ensure_image(task)
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, task: Task, *, key: str) -> AsyncIterator[Sandbox]:
+        self.keys.append(key)
+        if self.always or key.endswith("/1"):
+            raise ContainerError(f"simulated start failure for {key}")
+        async with self.pool.sandbox(task, key=key) as sandbox:
+            yield sandbox
+
+
+@pytest.mark.docker
+async def test_validate_retries_infrastructure_failures_once(pool: SandboxPool, fixtures: Path) -> None:
+    task = msgspec.structs.replace(load_task(fixtures / "harbor/full-harbor"), docker_image=BASE,
+                                   environment_dir=None)
+    flaky = _FlakyStarts(pool)
+    [row] = await validate([task], flaky, concurrency=1)
+    assert row.ok and row.oracle_reward == 1.0 and row.nop_reward == 0.0
+    assert len(flaky.keys) == 4 and {k.rsplit("/", 1)[1] for k in flaky.keys} == {"1", "2"}
+    broken = _FlakyStarts(pool, always=True)
+    [row] = await validate([task], broken, concurrency=1)
+    assert sorted(row.problems) == [
+        "oracle: infrastructure: ContainerError: simulated start failure for validate/full-harbor/oracle/2",
+        "untouched: infrastructure: ContainerError: simulated start failure for validate/full-harbor/nop/2",
+    ]

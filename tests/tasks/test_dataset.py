@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from rsr_async.tasks import BUNDLED_SUITE, load_dataset, load_task
@@ -64,6 +65,10 @@ def test_default_is_the_bundled_suite() -> None:
 
 def test_bundled_suite_meets_the_brief() -> None:
     tasks = load_dataset([BUNDLED_SUITE]).tasks
+    # every file a task needs is in git (the repository ignores *.c, for instance)
+    listed = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", str(BUNDLED_SUITE)],
+                            capture_output=True, text=True, check=True, cwd=BUNDLED_SUITE).stdout.split()
+    assert [p for p in listed if "__pycache__" not in p] == []
     domains = {t.category for t in tasks}
     assert len(domains) >= 8, domains
     assert {t.difficulty for t in tasks} == {"easy", "medium", "hard"}
@@ -95,5 +100,6 @@ def test_loading_is_fast() -> None:
 
     started = time.perf_counter()
     for path in BUNDLED_SUITE.iterdir():
-        load_task(path)
+        if path.is_dir():
+            load_task(path)
     assert time.perf_counter() - started < 1.0

@@ -63,7 +63,7 @@ def test_list_prints_a_table_and_reports_broken_tasks(fixtures: Path) -> None:
 def test_list_defaults_to_the_bundled_suite() -> None:
     out = _cli("list")
     assert out.returncode == 0, out.stderr
-    names = {p.name for p in BUNDLED_SUITE.iterdir()}
+    names = {p.name for p in BUNDLED_SUITE.iterdir() if p.is_dir()}
     listed = {line.split()[0] for line in out.stdout.splitlines()[2:] if line.strip() and line.split()[0] in names}
     assert listed == names
 
@@ -120,7 +120,7 @@ def test_bundled_suite_validates(tmp_path: Path) -> None:
                "--json", str(report), timeout=540)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     rows = json.loads(report.read_text())
-    assert len(rows) == len(list(BUNDLED_SUITE.iterdir())) >= 30
+    assert len(rows) == len([p for p in BUNDLED_SUITE.iterdir() if p.is_dir()]) >= 30
     assert all(not r["problems"] and r["oracle_reward"] == 1.0 and r["nop_reward"] < 1.0 for r in rows)
     partial = [r for r in rows if len(r["oracle_rewards"]) > 1]
     assert len(partial) >= 5

@@ -7,6 +7,7 @@ work measures nothing).
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,7 @@ from typing import Protocol, TypeVar
 import anyio
 import msgspec
 
-from ..errors import InfraError, TaskError
+from ..errors import InfraError, SandboxError, TaskError
 from ..sandbox.base import ExecResult, Sandbox
 from ..schema import Task
 from .verifier import Verification, try_verify
@@ -70,8 +71,14 @@ async def run_oracle(sandbox: Sandbox, task: Task, *, time_limit: float | None =
         with anyio.fail_after(limit + _SLACK_S):
             return await sandbox.run(f"bash {script}", time_limit=limit, env=dict(task.env), workdir=task.workdir)
     finally:
+        failing = sys.exc_info()[1] is not None
         with anyio.CancelScope(shield=True), anyio.move_on_after(_SLACK_S):
-            await sandbox.run(f"rm -rf {top}", time_limit=_SLACK_S)
+            try:
+                await sandbox.run(f"rm -rf {top}", time_limit=_SLACK_S)
+            except SandboxError:
+                # A broken sandbox is reported by the error already propagating.
+                if not failing:
+                    raise
 
 
 class ValidationRow(msgspec.Struct, kw_only=True):
@@ -100,7 +107,7 @@ class ValidationRow(msgspec.Struct, kw_only=True):
 def _problem(prefix: str, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"{prefix}: infrastructure: a sandbox call did not finish in time"
-    if isinstance(exc, InfraError):
+    if isinstance(exc, InfraError) and exc.retryable:
         return f"{prefix}: infrastructure: {type(exc).__name__}: {exc}"
     return f"{prefix}: {type(exc).__name__}: {exc}"
 
@@ -117,8 +124,8 @@ async def _in_sandbox(
         try:
             async with pool.sandbox(task, key=f"{key}/{attempt}") as sandbox:
                 return await work(sandbox)
-        except (InfraError, TimeoutError):
-            if attempt == INFRA_ATTEMPTS:
+        except (InfraError, TimeoutError) as exc:
+            if attempt == INFRA_ATTEMPTS or (isinstance(exc, InfraError) and not exc.retryable):
                 raise
     raise AssertionError("unreachable")
 

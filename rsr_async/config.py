@@ -56,6 +56,9 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Episodes in flight at once."""
     seed: int = 0
     """Base seed; each episode derives its own from its job key."""
+    prewarm: bool = True
+    """Start the first wave's sandboxes (up to ``concurrency``) before any episode starts:
+    Docker's slow starts are paid up front and the whole wave runs at once."""
 
     def __post_init__(self) -> None:
         _positive("run.attempts", self.attempts)
@@ -87,6 +90,9 @@ class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Allow network for tasks that ask for it (both must agree)."""
     warm_pool: int = 0
     """Containers kept started ahead of demand per image (0: none)."""
+    max_concurrent_verifiers: int = 8
+    """Hidden-test runs at once: they are CPU-heavy, and a verifier's timeout must measure
+    its own run, not the wait for a core."""
     build_concurrency: int = 2
     """Image builds in flight at once."""
     api_timeout_s: float = 120.0

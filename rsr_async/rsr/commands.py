@@ -23,8 +23,11 @@ from ..errors import ConfigError, TaskError
 from ..schema import Task
 from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs
-from .runtime import episode_runtime
+from .runtime import episode_runtime, prewarm_wave
 from .summary import render_summary, summarise, write_summary
+
+FINISHED = ("succeeded", "failed")
+"""Statuses a rerun skips (the engine reruns the rest)."""
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +53,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="SGLang server or router URL; repeatable (default: embedded simulator)")
     parser.add_argument("--sim-servers", type=int, default=1,
                         help="embedded simulator processes when no --llm-url (default 1)")
+    parser.add_argument("--no-prewarm", dest="prewarm", action="store_false", default=None,
+                        help="do not start the first wave's sandboxes ahead (run.prewarm)")
     parser.add_argument("--force", action="store_true",
                         help="resume even though the run directory was started with another config")
     parser.add_argument("--progress", choices=["auto", "rich", "plain", "none"],
@@ -67,6 +72,8 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
         values["run"]["run_dir"] = args.run_dir
     if args.dataset:
         values["run"]["dataset"] = args.dataset
+    if args.prewarm is not None:
+        values["run"]["prewarm"] = args.prewarm
     if args.llm_url:
         values["llm"]["urls"] = args.llm_url
     if args.progress:
@@ -119,9 +126,16 @@ async def _run(
             config, runner=runtime.runner, run_dir=run_dir, force=force, gauges=runtime.gauges
         ) as engine,
     ):
+        jobs = list(discover_jobs(tasks, config))
         done_here = 0
         async with shutdown_on_signals(engine) as signals:
-            async for _ in engine.run(discover_jobs(tasks, config), stage=STAGE):
+            if config.run.prewarm:
+                statuses = engine.store.statuses(str(job.key) for job in jobs)
+                todo = [j for j in jobs if statuses.get(str(j.key)) not in FINISHED]
+                wave = todo[: config.run.concurrency]
+                print(f"starting {len(wave)} sandboxes for the first wave ...", file=sys.stderr)
+                await prewarm_wave(runtime.pool, wave)
+            async for _ in engine.run(jobs, stage=STAGE):
                 done_here += 1
         summary = summarise(
             engine.store,

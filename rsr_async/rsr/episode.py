@@ -34,10 +34,18 @@ class EpisodeRunner:
     whole in ``rewards`` for the process-reward analysis.
     """
 
-    def __init__(self, *, pool: SandboxPool, model: ChatModel, harness: HarnessConfig) -> None:
+    def __init__(
+        self,
+        *,
+        pool: SandboxPool,
+        model: ChatModel,
+        harness: HarnessConfig,
+        max_concurrent_verifiers: int = 8,
+    ) -> None:
         self._pool = pool
         self._model = model
         self._harness_config = harness
+        self._verifiers = anyio.CapacityLimiter(max_concurrent_verifiers)
 
     async def __call__(self, job: Job, ctx: JobContext) -> EpisodeResult:
         spec = job.spec
@@ -71,7 +79,8 @@ class EpisodeRunner:
                     usage=last.usage(),
                     error=None,
                 )
-            verification = await verify(sandbox, spec.task)
+            async with self._verifiers:  # the verifier's timeout then counts its own run only
+                verification = await verify(sandbox, spec.task)
         return EpisodeResult(
             key=spec.key,
             status="succeeded" if verification.passed else "failed",

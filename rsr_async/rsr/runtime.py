@@ -9,19 +9,25 @@ engine calls per job. Both the ``run`` command and an embedding program use it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
+import anyio
 import msgspec
 
 from ..config import Config
+from ..engine import Job
+from ..errors import InfraError
 from ..llm import ModelRouter, spawn_sim_servers
 from ..sandbox import SandboxPool, bootstrap_base_image
+from ..schema import EpisodeSpec, Task
 from .episode import EpisodeRunner
 
-__all__ = ["EpisodeRuntime", "episode_runtime", "run_id_for"]
+__all__ = ["EpisodeRuntime", "episode_runtime", "prewarm_wave", "run_id_for"]
 
 
 class EpisodeRuntime(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,7 +78,12 @@ async def episode_runtime(
             SandboxPool(config.sandbox, run_id=run_id_for(run_dir), run_dir=run_dir)
         )
         yield EpisodeRuntime(
-            runner=EpisodeRunner(pool=pool, model=model, harness=config.harness),
+            runner=EpisodeRunner(
+                pool=pool,
+                model=model,
+                harness=config.harness,
+                max_concurrent_verifiers=config.sandbox.max_concurrent_verifiers,
+            ),
             model=model,
             pool=pool,
             # A separately started simulator names its model; it is still a test double.
@@ -82,6 +93,31 @@ async def episode_runtime(
                 "cached_share": lambda: model.statistics().usage.cached_share,
             },
         )
+
+
+async def prewarm_wave(pool: SandboxPool, jobs: Sequence[Job]) -> int:
+    """Start one sandbox per job in ``jobs`` ahead of time (building images as needed).
+
+    A task whose image cannot be built or started is skipped with its error left for its
+    episodes to meet and record; the rest still warm up. Returns the containers started.
+    """
+    wanted: Counter[str] = Counter()
+    tasks: dict[str, Task] = {}
+    for job in jobs:
+        if isinstance(job.spec, EpisodeSpec):
+            wanted[job.spec.task.name] += 1
+            tasks[job.spec.task.name] = job.spec.task
+    started = 0
+
+    async def warm(name: str, count: int) -> None:
+        nonlocal started
+        with contextlib.suppress(InfraError):  # the episodes will record it as infra_error
+            started += await pool.prewarm(tasks[name], count)
+
+    async with anyio.create_task_group() as tg:
+        for name, count in wanted.items():
+            tg.start_soon(warm, name, count)
+    return started
 
 
 SCRIPTED_NOTICE = (

@@ -506,6 +506,7 @@ class SandboxPool:
             container = queue.popleft()
             host.live += 1
             self._containers[container.id] = (host, key)
+            self._peak = max(self._peak, sum(h.live for h in self._hosts))
         if container is None:
             container = await self._start(host, task, image, key)
         error: BaseException | None = None

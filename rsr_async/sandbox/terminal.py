@@ -11,8 +11,10 @@ from __future__ import annotations
 import codecs
 import re
 import time
+from typing import Any
 
 import pyte
+from wcwidth import wcwidth
 
 __all__ = [
     "SCREEN_COLUMNS",
@@ -207,6 +209,7 @@ class TerminalBuffer:
         self._screen_pending = bytearray()
         self._screen_backlog = screen_backlog
         self._screen_reset = False
+        self._screen_text: str | None = None
         self._screen = pyte.Screen(columns, lines)
         self._stream = pyte.ByteStream(self._screen)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -307,17 +310,61 @@ class TerminalBuffer:
         return bool(self._head or self._tail or self._dropped)
 
     def screen(self) -> str:
-        """The emulated screen: its lines, trailing blanks removed."""
+        """The emulated screen: its lines, trailing blanks removed (cached until new output)."""
+        if self._screen_text is not None and not self._screen_pending and not self._screen_reset:
+            return self._screen_text
         if self._screen_reset:
             self._screen.reset()
             self._screen_reset = False
         if self._screen_pending:
             self._stream.feed(bytes(self._screen_pending))
             self._screen_pending.clear()
-        rows = [row.rstrip() for row in self._screen.display]
+        rows = [row.rstrip() for row in render_screen(self._screen)]
         while rows and not rows[-1]:
             rows.pop()
-        return "\n".join(rows)
+        self._screen_text = "\n".join(rows)
+        return self._screen_text
+
+
+_WIDE_FROM = "\u1100"
+"""The lowest code point wcwidth can call double-width: rows below it need no width check."""
+
+
+def render_screen(screen: pyte.Screen) -> list[str]:
+    """``screen.display``, without its per-cell ``wcwidth`` calls (an order of magnitude
+    faster on the usual ASCII screen; rows that may hold wide characters take pyte's path).
+    """
+    columns = screen.columns
+    blank = " " * columns
+    out: list[str] = []
+    for y in range(screen.lines):
+        line = screen.buffer.get(y)  # .get: the buffer is a defaultdict; do not grow it
+        if not line:
+            out.append(blank)
+            continue
+        cells = [" "] * columns
+        for x, char in line.items():
+            if 0 <= x < columns:
+                cells[x] = char.data
+        text = "".join(cells)
+        if text and max(text) >= _WIDE_FROM:
+            text = _render_wide(line, columns)
+        out.append(text)
+    return out
+
+
+def _render_wide(line: Any, columns: int) -> str:
+    # pyte's own rule: the cell after a double-width character is a stub and is skipped.
+    parts: list[str] = []
+    skip = False
+    for x in range(columns):
+        if skip:
+            skip = False
+            continue
+        data = line[x].data
+        skip = bool(data) and wcwidth(data[0]) == 2
+        parts.append(data)
+    return "".join(parts)
 
 
 def _printable(data: bytes) -> bool:

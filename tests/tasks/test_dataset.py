@@ -80,7 +80,7 @@ def test_bundled_suite_meets_the_brief() -> None:
         assert dockerfile[0].startswith("ARG BASE_IMAGE") and dockerfile[1] == "FROM ${BASE_IMAGE}"
         assert "RUN apt" not in "\n".join(dockerfile) and "pip install" not in "\n".join(dockerfile)
         test_sh = (root / "tests/test.sh").read_text()
-        partial += "reward.json" in test_sh
+        partial += "PARTIAL = True" in test_sh  # the suite's checks then write reward.json
         shebang, _, solution = Path(task.solution_path).read_text().partition("\n")
         assert shebang == "#!/bin/bash"
         # solve.sh is also typed into an interactive shell by the scripted stand-in model

@@ -47,7 +47,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     run_dir: str = ""
     """Run directory (store, event log, summary). Empty: ``runs/<timestamp>``."""
     dataset: tuple[str, ...] = ()
-    """Task directories or list files. Empty: the bundled suite (``tasks/``)."""
+    """Task directories or list files. Empty: the bundled suite (``rsr_async/tasks/bundled``)."""
     harnesses: tuple[str, ...] = ("terminus2",)
     """Harnesses for the discover stage."""
     attempts: int = 1

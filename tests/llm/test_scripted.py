@@ -91,7 +91,7 @@ def test_solving_types_the_reference_solution_with_the_same_effect(tmp_path: Pat
     expected.mkdir()
     actual.mkdir()
     subprocess.run(["bash", "-c", SOLVE], env={"WORKDIR": str(expected), "PATH": "/usr/bin:/bin"},
-                   check=True, timeout=30)
+                   check=True, timeout=30, cwd=tmp_path)
     chunk_counts = set()
     for seed in [s for s in range(60) if model.solves(INSTRUCTION, "terminus2", seed=s)][:8]:
         for f in actual.iterdir():
@@ -99,8 +99,9 @@ def test_solving_types_the_reference_solution_with_the_same_effect(tmp_path: Pat
         messages, typed = drive(model, INSTRUCTION, "terminus2", seed)
         chunk_counts.add(sum("RSR_EOF" in k for k in typed))
         # Type what the model typed into a real bash, as a terminal would receive it.
+        # cwd: a chunk that lost the `cd` must not write into the checkout.
         subprocess.run(["bash"], input="".join(typed), text=True, check=True, timeout=30,
-                       env={"WORKDIR": str(actual), "PATH": "/usr/bin:/bin"})
+                       env={"WORKDIR": str(actual), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
         for name in ("notes.txt", "numbers.txt", "count.txt", "status.txt"):
             assert (actual / name).read_text() == (expected / name).read_text(), (seed, name)
         assert json.loads(messages[-1]["content"])["task_complete"] is True

@@ -139,7 +139,7 @@ def engine_config_values(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-GC_THRESHOLDS: Final = (50_000, 20, 100)
+GC_THRESHOLDS: Final = (10_000, 50, 100)
 
 
 def tune_gc() -> None:
@@ -148,10 +148,12 @@ def tune_gc() -> None:
     Thousands of live episodes keep a few hundred thousand GC-tracked objects (tasks,
     coroutines, cancel scopes, trajectories); with CPython's default thresholds the
     collector walks them often enough to stall the loop for tens to hundreds of ms
-    (measured: loop lag p99 ~200 ms at 4,096 episodes). ``gc.freeze()`` moves everything
-    alive at start-up (modules, classes, functions) out of the collector's sight, and
-    higher thresholds make full collections rare. Process-wide, so never done by the
-    library itself.
+    (measured on an idle 2-core machine, 4,096 episodes: loop lag p99 168 ms with the
+    default GC, 26 ms tuned). ``gc.freeze()`` moves everything alive at start-up
+    (modules, classes, functions) out of the collector's sight; a young generation of
+    10,000 keeps each young collection at a few ms (50,000 gave 20-60 ms pauses), and
+    ``50`` makes middle-generation collections (the long pauses) rare. Process-wide, so
+    never done by the library itself.
     """
     gc.collect()
     gc.freeze()

@@ -35,6 +35,10 @@ fi
 .venv/bin/python -c 'import rsr_async._native as n; print("setup: native extensions", "active" if n.NATIVE else "NOT built (pure-Python twins)")'
 
 # The offline base image for sandboxes (debootstrap + docker import; skipped when present).
-if [ -f rsr_async/sandbox/commands.py ]; then
-  .venv/bin/python -m rsr_async images bootstrap
+if ! docker image inspect rsr-base:bookworm >/dev/null 2>&1 && ! command -v debootstrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing debootstrap (needed once, to build the base image)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  fi
 fi
+.venv/bin/python -m rsr_async images bootstrap

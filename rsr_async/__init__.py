@@ -7,6 +7,8 @@ parts (Docker, HTTP) are imported lazily, so ``import rsr_async`` stays fast.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .config import Config, load_config
 from .errors import (
     ConfigError,
@@ -33,7 +35,20 @@ from .schema import (
     Verdict,
 )
 
+if TYPE_CHECKING:
+    from .engine import Engine, Job
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # The engine pulls in anyio and the store; import it on first use so that
+    # `import rsr_async` stays light.
+    if name in ("Engine", "Job"):
+        from . import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'rsr_async' has no attribute {name!r}")
 
 __all__ = [
     "Command",
@@ -41,9 +56,11 @@ __all__ = [
     "ConfigError",
     "ContextLengthError",
     "EpisodeResult",
+    "Engine",
     "EpisodeSpec",
     "HarnessError",
     "InfraError",
+    "Job",
     "JobKey",
     "LLMError",
     "Message",

@@ -161,9 +161,14 @@ class Engine:
 
     ::
 
-        async with Engine(config, runner=my_runner, run_dir="runs/x") as engine:
+        async with Engine(config, run_dir="runs/x") as engine:
             async for result in engine.run(jobs, stage="discover"):
                 ...
+
+    With no ``runner`` the engine runs episodes for real: it opens the model side
+    (``llm.urls``, or embedded simulators with the scripted stand-in when none are set)
+    and a sandbox pool for the run (:func:`rsr_async.rsr.runtime.episode_runtime`), and
+    closes both on exit. Pass a ``runner`` to run anything else (tests use fakes).
 
     - No global state, no signal handlers, no ``asyncio.run`` inside: the CLI adds those
       (:func:`rsr_async.engine.signals.shutdown_on_signals`).
@@ -184,7 +189,7 @@ class Engine:
         self,
         config: Config,
         *,
-        runner: JobRunner,
+        runner: JobRunner | None = None,
         run_dir: Path | str,
         force: bool = False,
         progress: ProgressSink | Literal["auto", "rich", "plain", "none"] | None = None,
@@ -248,6 +253,14 @@ class Engine:
             )
             self._store = store
             stack.push_async_callback(self._close_store)
+            if self._runner is None:  # the real thing: model servers + Docker sandboxes
+                from ..rsr.runtime import episode_runtime
+
+                runtime = await stack.enter_async_context(
+                    episode_runtime(self.config, run_dir=self.run_dir)
+                )
+                self._runner = runtime.runner
+                self._gauges.update(runtime.gauges)
             choice = self._progress_choice
             self._progress = (
                 make_progress(cfg.progress if choice is None else choice)
@@ -542,6 +555,7 @@ class Engine:
 
     async def _attempt(self, job: Job, ctx: JobContext, started: float) -> EpisodeResult:
         with anyio.CancelScope(deadline=ctx.deadline) as scope:
+            assert self._runner is not None, "the runner is set when the engine opens"
             result = await self._runner(job, ctx)
         if scope.cancelled_caught:
             # Ran out of wall clock: the model had its time; stored as a failed attempt.

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import HarnessError
+from ..sandbox.terminal import truncate_output
 from ..schema import Command
 
-if TYPE_CHECKING:  # the sandbox package pulls in the Docker client
+if TYPE_CHECKING:
     from ..sandbox.base import ShellSession
 
 __all__ = [
@@ -267,18 +268,6 @@ def _first_json_object(text: str) -> str | None:
 
 
 # ---------------------------------------------------------------- observations
-
-
-def truncate_output(text: str, max_bytes: int = 10000) -> str:
-    """Keep the first and last ``max_bytes // 2`` bytes, with a marker counting the rest."""
-    data = text.encode("utf-8")
-    if len(data) <= max_bytes:
-        return text
-    half = max_bytes // 2
-    head = data[:half].decode("utf-8", errors="ignore")
-    tail = data[-half:].decode("utf-8", errors="ignore")
-    omitted = len(data) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
-    return head + render("truncation_marker", max_bytes=max_bytes, omitted=omitted) + tail
 
 
 def screen_text(shell: ShellSession, max_bytes: int = 10000) -> str:

@@ -16,12 +16,17 @@ The contract the rest of the engine codes against is :mod:`rsr_async.sandbox.bas
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .base import ExecResult, Sandbox, ShellSession
-from .container import ContainerState, DockerSandbox
-from .images import BASE_PACKAGES, bootstrap_base_image, task_image_tag
-from .pool import LeftoverContainer, SandboxPool, SandboxStats, owner_gone, sweep
-from .shell import DockerShell
 from .terminal import clean_output, parse_keystrokes, truncate_output
+
+if TYPE_CHECKING:
+    from .container import ContainerState, DockerSandbox
+    from .images import BASE_PACKAGES, bootstrap_base_image, task_image_tag
+    from .pool import LeftoverContainer, SandboxPool, SandboxStats, owner_gone, sweep
+    from .shell import DockerShell
 
 __all__ = [
     "BASE_PACKAGES",
@@ -42,6 +47,29 @@ __all__ = [
     "task_image_tag",
     "truncate_output",
 ]
+
+# The Docker side (aiodocker, aiohttp) loads on first use, so the pure terminal helpers
+# and the contract are cheap to import (the harness uses them).
+_HOME = {
+    "ContainerState": ".container",
+    "DockerSandbox": ".container",
+    "BASE_PACKAGES": ".images",
+    "bootstrap_base_image": ".images",
+    "task_image_tag": ".images",
+    "LeftoverContainer": ".pool",
+    "SandboxPool": ".pool",
+    "SandboxStats": ".pool",
+    "owner_gone": ".pool",
+    "sweep": ".pool",
+    "DockerShell": ".shell",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home, __name__), name)
 
 
 def _implements_the_contract(sandbox: DockerSandbox, shell: DockerShell) -> tuple[Sandbox, ShellSession]:

@@ -52,6 +52,13 @@ def _top_parser() -> argparse.ArgumentParser:
     )
 
 
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top = _top_parser()
@@ -81,6 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     except RsrError as exc:
         print(f"python -m rsr_async {name}: error: {exc}", file=sys.stderr)
+        return 1
+    except BaseExceptionGroup as group:
+        # Task groups wrap what their tasks raised; our own errors still get one line each.
+        leaves = _leaves(group)
+        if not all(isinstance(e, RsrError) for e in leaves):
+            raise
+        for leaf in leaves:
+            print(f"python -m rsr_async {name}: error: {leaf}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

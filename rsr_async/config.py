@@ -188,7 +188,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     infra_retries: int = 2
     """Extra attempts for a job that failed on infrastructure (never for a model failure)."""
     job_deadline_s: float = 0.0
-    """Wall clock per job attempt; 0: the task's build + agent + verifier timeouts."""
+    """Wall clock per job attempt, past which it is stored as ``infra_error`` (the agent's
+    own clock is the harness's); 0: build + agent + verifier timeouts + 15 min of queueing."""
     retry_backoff_s: float = 1.0
     """Base of the jittered exponential backoff between infra retries of a job."""
     progress: Literal["auto", "rich", "plain", "none"] = "auto"

@@ -187,7 +187,9 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     max_turns: int = 200
     deadline_s: float | None = None
-    """Wall clock for the whole episode; None means the task's agent timeout."""
+    """The agent's wall clock (the harness enforces it; RSRT's 180 min goes here); None
+    means the task's agent timeout. The engine allows build, verifier and queueing time
+    on top."""
     affinity: str = ""
     """Routing key: episodes sharing it start on the same model server (prefix reuse)."""
 

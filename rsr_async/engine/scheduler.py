@@ -35,7 +35,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from ..config import Config
 from ..errors import HarnessError, InfraError, RsrError, StoreError
 from ..schema import EndReason, EpisodeResult, EpisodeSpec, JobStatus, Trajectory, Usage
-from .jobs import Job, JobContext, JobRunner, _Meter
+from .jobs import Job, JobContext, JobRunner, ModelJobSpec, _Meter
 from .limits import Limits
 from .looplag import LoopLagMonitor
 from .metrics import serve_metrics
@@ -47,6 +47,8 @@ __all__ = ["Engine", "EngineStats", "StageStats"]
 _RESULT_STATUSES = frozenset({"succeeded", "failed", "infra_error", "cancelled"})
 _DEFAULT_MODEL_JOB_DEADLINE_S = 600.0
 _CANCEL_STORE_TIMEOUT_S = 30.0
+_EPISODE_SLACK_S = 900.0
+"""Queueing allowance on top of an episode's build + agent + verifier budget."""
 _COMMIT_TIMEOUT_S = 60.0
 
 
@@ -272,8 +274,17 @@ class Engine:
                     serve_metrics, self.snapshot, cfg.metrics_port
                 )
                 stack.push_async_callback(self._in_thread_shielded, stop_metrics)
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._tg.start_soon(self._run_services, name="rsr-engine-services")
+            tg = self._tg = anyio.create_task_group()
+            await tg.__aenter__()
+
+            async def close_task_group() -> None:
+                # Exit it without the body's exception: the caller sees that unwrapped,
+                # not inside an ExceptionGroup. Runs are cancelled by __aexit__ already.
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+
+            stack.push_async_callback(close_task_group)
+            tg.start_soon(self._run_services, name="rsr-engine-services")
             store.log_event(
                 {
                     "event": "open",
@@ -558,8 +569,10 @@ class Engine:
             assert self._runner is not None, "the runner is set when the engine opens"
             result = await self._runner(job, ctx)
         if scope.cancelled_caught:
-            # Ran out of wall clock: the model had its time; stored as a failed attempt.
-            return self._ended(job, ctx, started, "failed", "timeout", None)
+            # The job outran its whole budget. An episode's agent clock is enforced inside
+            # the harness, so what overran is waiting (builds, starts, verifier slots) or a
+            # stuck server/sandbox: infrastructure, never scored against the model.
+            return self._ended(job, ctx, started, "infra_error", "timeout", None)
         if not isinstance(result, EpisodeResult):
             raise HarnessError(f"job {job.key}: the runner returned {type(result).__name__}, not EpisodeResult")
         if result.key != job.key:
@@ -664,14 +677,17 @@ class Engine:
 
     def _deadline_s(self, job: Job) -> float:
         spec = job.spec
-        if spec.deadline_s is not None:
+        if isinstance(spec, ModelJobSpec) and spec.deadline_s is not None:
             return spec.deadline_s
         configured = self.config.engine.job_deadline_s
         if configured > 0:
             return configured
         if isinstance(spec, EpisodeSpec):
+            # spec.deadline_s is the agent's own clock (the harness enforces it); the job
+            # also builds, starts, verifies and may queue for each.
             task = spec.task
-            return task.build_timeout_s + task.agent_timeout_s + task.verifier_timeout_s
+            agent = spec.deadline_s if spec.deadline_s is not None else task.agent_timeout_s
+            return task.build_timeout_s + agent + task.verifier_timeout_s + _EPISODE_SLACK_S
         return _DEFAULT_MODEL_JOB_DEADLINE_S
 
     def _backoff(self, attempt: int) -> float:

@@ -189,7 +189,9 @@ class ModelRouter:
         try:
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
-                await self._tg.__aexit__(exc_type, exc, tb)
+                # The body's exception is the caller's to see: handing it to the task
+                # group would come back wrapped in an ExceptionGroup.
+                await self._tg.__aexit__(None, None, None)
         finally:
             self._tg = None
             if self._http is not None:

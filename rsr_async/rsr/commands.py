@@ -15,15 +15,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from ..config import Config, load_config
 from ..engine import Engine
 from ..engine.signals import exit_code, run_async, shutdown_on_signals
-from ..engine.store import resume_view
-from ..errors import ConfigError, TaskError
+from ..engine.store import Store, resume_view
+from ..errors import ConfigError, ConfigMismatchError, TaskError
 from ..schema import Task
 from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs
-from .runtime import episode_runtime, prewarm_wave
+from .runtime import EpisodeRuntime, episode_runtime, prewarm_wave
 from .summary import render_summary, summarise, write_summary
 
 FINISHED = ("succeeded", "failed")
@@ -85,9 +87,31 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 def default_run_dir(config: Config, sources: list[str]) -> Path:
     """``runs/discover-<hash>``: the same command (same settings) resumes the same run."""
-    view = {"config": resume_view(config.to_dict()), "dataset": sources}
+    # Which model answers is part of a run's identity: a simulator run and a real one
+    # must never resume each other.
+    model = list(config.llm.urls) or ["embedded-simulator"]
+    view = {"config": resume_view(config.to_dict()), "dataset": sources, "model": model}
     digest = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:10]
     return Path("runs") / f"{STAGE}-{digest}"
+
+
+async def _check_model_identity(
+    store: Store, runtime: EpisodeRuntime, run_dir: Path, force: bool
+) -> None:
+    """Refuse to mix episodes of two different models in one run (unless forced)."""
+    identity = runtime.model.model_name + (" [scripted stand-in]" if runtime.scripted else "")
+    stored = store.meta().get("model")
+    if stored is not None and stored != identity and not force:
+        raise ConfigMismatchError(
+            f"{run_dir}: this run's episodes came from {stored!r}, but the model now is "
+            f"{identity!r}; use a new --run-dir (or --force to mix them)"
+        )
+    future = store.call(
+        lambda con: con.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('model', ?)", (identity,)
+        )
+    )
+    await anyio.to_thread.run_sync(future.result)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -126,6 +150,7 @@ async def _run(
             config, runner=runtime.runner, run_dir=run_dir, force=force, gauges=runtime.gauges
         ) as engine,
     ):
+        await _check_model_identity(engine.store, runtime, run_dir, force)
         jobs = list(discover_jobs(tasks, config))
         done_here = 0
         async with shutdown_on_signals(engine) as signals:

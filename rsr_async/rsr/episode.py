@@ -26,6 +26,8 @@ from ..tasks import verify
 
 __all__ = ["EpisodeRunner"]
 
+_BACKSTOP_S = 30.0
+
 
 class EpisodeRunner:
     """Runs an :class:`EpisodeSpec` job: the engine's ``runner`` for episode stages.
@@ -53,7 +55,7 @@ class EpisodeRunner:
             raise TypeError(f"{job.key}: EpisodeRunner runs episodes, got {type(spec).__name__}")
         harness = get_harness(spec.harness, self._harness_config)
         started = time.time()
-        agent_time = spec.deadline_s or spec.task.agent_timeout_s
+        agent_time = spec.deadline_s if spec.deadline_s is not None else spec.task.agent_timeout_s
         last = Trajectory(task=spec.task.name, harness=spec.harness, model=self._model.model_name)
 
         reported = 0  # messages already reported to the engine's live meters
@@ -69,7 +71,9 @@ class EpisodeRunner:
 
         async with self._pool.sandbox(spec.task, key=str(spec.key)) as sandbox:
             outcome: EpisodeOutcome | None = None
-            with anyio.move_on_after(agent_time):
+            # The harness enforces the agent's clock itself (and says so in its outcome);
+            # this scope is only a backstop for a harness that overran its own clock.
+            with anyio.move_on_after(agent_time + _BACKSTOP_S):
                 outcome = await harness.run(spec, sandbox, self._model, checkpoint=checkpoint)
             if outcome is None:  # the agent's wall clock ran out: grade what it left behind
                 outcome = EpisodeOutcome(

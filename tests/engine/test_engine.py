@@ -109,14 +109,14 @@ async def test_non_retryable_infra_error_and_exhausted_retries(tmp_path: Path) -
     assert results["task-00002"].status == "succeeded"
 
 
-async def test_deadline_ends_a_hung_job_as_failed_timeout_with_its_partial_trajectory(tmp_path: Path) -> None:
+async def test_deadline_ends_a_hung_job_as_infra_timeout_with_its_partial_trajectory(tmp_path: Path) -> None:
     jobs = make_jobs(3)
     hung = Job(key=jobs[0].key, spec=ModelJobSpec(role="fake", task="t", deadline_s=0.2))
     runner = FakeRunner(hang={str(hung.key)})
     async with Engine(config(), runner=runner, run_dir=tmp_path) as engine:
         results = {str(r.key): r for r in await collect(engine, [hung, *jobs[1:]])}
     timed_out = results[str(hung.key)]
-    assert (timed_out.status, timed_out.end_reason) == ("failed", "timeout")
+    assert (timed_out.status, timed_out.end_reason) == ("infra_error", "timeout")
     assert timed_out.trajectory is not None and timed_out.trajectory.messages[0].origin == "task"
     assert sum(r.status == "succeeded" for r in results.values()) == 2
 

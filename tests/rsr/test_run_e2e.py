@@ -101,6 +101,16 @@ def test_run_completes_stores_and_cleans_up(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr[-3000:]
     assert _final_rows(run_dir / "run.db") == before
     assert json.loads((run_dir / "summary.json").read_text())["episodes_this_run"] == 0
+    # A changed setting that changes what is measured is refused, naming the key; nothing
+    # stored is touched.
+    changed = subprocess.run(
+        _run_cmd(dataset, run_dir, "--attempts", "2", "--set", "harness.max_turns=7"),
+        env=run_cli_env(), capture_output=True, text=True, timeout=600,
+    )
+    assert changed.returncode == 1, changed.stderr[-3000:]
+    assert "started with another config" in changed.stderr and "harness.max_turns" in changed.stderr
+    assert "Traceback" not in changed.stderr
+    assert _final_rows(run_dir / "run.db") == before
 
 
 def test_sigkill_midway_then_rerun_finishes_the_rest_once(tmp_path: Path) -> None:

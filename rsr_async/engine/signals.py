@@ -62,6 +62,8 @@ class SignalState:
     def __init__(self) -> None:
         self.count = 0
         self.last: int | None = None
+        self.first = anyio.Event()
+        """Set at the first signal (for work that is not the engine's, e.g. a prewarm)."""
 
     @property
     def interrupted(self) -> bool:
@@ -80,6 +82,7 @@ async def shutdown_on_signals(
     def handle(signum: int) -> None:
         state.count += 1
         state.last = signum
+        state.first.set()
         if state.count == 1:
             engine.request_shutdown()
         else:

@@ -72,6 +72,13 @@ class FakeShell:
         """False after ``exit``, C-d on an empty line, or :meth:`close`."""
         return self._alive
 
+    @property
+    def error(self) -> BaseException | None:
+        """Set by tests to play a broken stream (an infrastructure failure)."""
+        return self.broken
+
+    broken: BaseException | None = None
+
     async def send(self, keys: str) -> None:
         """Type ``keys``: one special key (``C-c``, ``C-d`` ...) or literal text."""
         if not self._alive:

@@ -106,6 +106,8 @@ class Terminus2:
                 if reply.task_complete and pending_completion:
                     raise _EpisodeEnd("completed")
                 if not ep.shell.alive:
+                    if ep.shell.error is not None:  # Docker broke, not bash: retry the episode
+                        raise ShellClosedError(f"the shell's stream broke: {ep.shell.error}")
                     raise _EpisodeEnd("error", "the shell exited (did the model type `exit`?)")
                 pending_completion = reply.task_complete
                 if pending_completion:
@@ -266,6 +268,8 @@ class _Episode:
                     await self.shell.send(command.keystrokes)
                 await self.shell.wait(command.duration)
         except ShellClosedError as exc:
+            if self.shell.error is not None:  # infrastructure: the engine retries it
+                raise
             raise _EpisodeEnd("error", f"the shell exited: {exc}") from exc
         return protocol.observe(self.shell, self.config.max_observation_bytes)
 

@@ -18,8 +18,8 @@ from typing import Any
 import anyio
 
 from ..config import Config, load_config
-from ..engine import Engine
-from ..engine.signals import exit_code, run_async, shutdown_on_signals
+from ..engine import Engine, Job
+from ..engine.signals import SignalState, exit_code, run_async, shutdown_on_signals
 from ..engine.store import Store, resume_view
 from ..errors import ConfigError, ConfigMismatchError, TaskError
 from ..schema import Task
@@ -95,6 +95,21 @@ def default_run_dir(config: Config, sources: list[str]) -> Path:
     return Path("runs") / f"{STAGE}-{digest}"
 
 
+async def _prewarm_until_interrupted(
+    runtime: EpisodeRuntime, wave: list[Job], signals: SignalState
+) -> None:
+    """Prewarm, but stop at the first Ctrl-C (the engine has nothing to drain yet)."""
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            await signals.first.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(stop_on_signal)
+        await prewarm_wave(runtime.pool, wave)
+        tg.cancel_scope.cancel()
+
+
 async def _check_model_identity(
     store: Store, runtime: EpisodeRuntime, run_dir: Path, force: bool
 ) -> None:
@@ -159,7 +174,7 @@ async def _run(
                 todo = [j for j in jobs if statuses.get(str(j.key)) not in FINISHED]
                 wave = todo[: config.run.concurrency]
                 print(f"starting {len(wave)} sandboxes for the first wave ...", file=sys.stderr)
-                await prewarm_wave(runtime.pool, wave)
+                await _prewarm_until_interrupted(runtime, wave, signals)
             async for _ in engine.run(jobs, stage=STAGE):
                 done_here += 1
         summary = summarise(
@@ -167,7 +182,7 @@ async def _run(
             stage=STAGE,
             model=runtime.model.model_name,
             scripted_model=runtime.scripted,
-            tasks=len(tasks),
+            tasks=[task.name for task in tasks],
             attempts=config.run.attempts,
             wall_s=time.monotonic() - started,
             episodes_this_run=done_here,

@@ -8,6 +8,7 @@ of the stage in the run directory, across resumes. Throughput (``wall_s``,
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -37,10 +38,13 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     cancelled: int
     pending: int
     solved_tasks: int
-    """Tasks with at least one successful episode."""
+    """Tasks of the dataset with at least one successful episode."""
     pass_at_1: float
     pass_at_k: float
     k: int
+    pass_at_k_tasks: int
+    """Tasks both pass@ figures average over: those with at least k finished attempts
+    (infrastructure errors and cancelled attempts are not samples)."""
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
@@ -57,7 +61,7 @@ def summarise(
     stage: str,
     model: str,
     scripted_model: bool,
-    tasks: int,
+    tasks: Sequence[str],
     attempts: int,
     wall_s: float,
     episodes_this_run: int,
@@ -65,7 +69,10 @@ def summarise(
 ) -> RunSummary:
     counts = store.counts(stage=stage)
     per_task: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    names = set(tasks)
     for row in store.rows(stage=stage, status=("succeeded", "failed")):
+        if row.task not in names:
+            continue
         entry = per_task[(row.task, row.harness)]
         entry[0] += 1
         entry[1] += row.status == "succeeded"
@@ -73,14 +80,14 @@ def summarise(
     usage = Usage()
     for result in store.results(stage=stage):
         usage = usage + result.usage
-    pairs = [(n, c) for n, c in per_task.values()]
     k = max(1, attempts)
+    pairs = [(n, c) for n, c in per_task.values() if n >= k]  # one task set for both
     final = counts["succeeded"] + counts["failed"] + counts["infra_error"] + counts["cancelled"]
     return RunSummary(
         stage=stage,
         model=model,
         scripted_model=scripted_model,
-        tasks=tasks,
+        tasks=len(names),
         attempts=attempts,
         episodes=final,
         succeeded=counts["succeeded"],
@@ -92,6 +99,7 @@ def summarise(
         pass_at_1=mean_pass_at_k(pairs, 1),
         pass_at_k=mean_pass_at_k(pairs, k),
         k=k,
+        pass_at_k_tasks=len(pairs),
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         cached_tokens=usage.cached_tokens,
@@ -121,7 +129,7 @@ def render_summary(summary: RunSummary) -> object:
         ("attempts per task", f"{summary.attempts}"),
         ("episodes", f"{summary.episodes} ({summary.succeeded} succeeded, {summary.failed} failed)"),
         ("solved tasks", f"{summary.solved_tasks} / {summary.tasks}"),
-        ("pass@1", f"{summary.pass_at_1:.3f}"),
+        ("pass@1", f"{summary.pass_at_1:.3f} over {summary.pass_at_k_tasks} tasks"),
         *([(f"pass@{summary.k}", f"{summary.pass_at_k:.3f}")] if summary.k > 1 else []),
         ("tokens (prompt / completion)", f"{summary.prompt_tokens:,} / {summary.completion_tokens:,}"),
         ("cached share of prompt tokens", f"{summary.cached_share:.1%}"),

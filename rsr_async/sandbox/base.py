@@ -31,6 +31,12 @@ class ShellSession(Protocol):
         """False once the shell has exited (e.g. the model typed ``exit``)."""
         ...
 
+    @property
+    def error(self) -> BaseException | None:
+        """Why the shell ended when bash did not exit by itself (a broken stream, a
+        Docker timeout): an infrastructure failure, not the model's doing. None else."""
+        ...
+
     async def send(self, keys: str) -> None:
         """Type Terminus keystrokes: literal text, or one special key such as ``C-c``."""
         ...

@@ -182,8 +182,10 @@ class DockerShell:
                 await self._stream.write_in(data)
         except (RuntimeError, OSError, aiohttp.ClientError) as exc:
             self._alive = False
+            self.error = exc
             raise ShellClosedError(f"{self._name}: the shell's stream closed: {exc}") from exc
         except TimeoutError as exc:
+            self.error = exc
             raise ShellClosedError(
                 f"{self._name}: the shell took no input for {self._api_timeout:.0f} s"
             ) from exc

@@ -11,8 +11,10 @@ from rsr_async.config import HarnessConfig
 from rsr_async.errors import (
     ConfigError,
     ContextLengthError,
+    InfraError,
     LLMServerError,
     NotImplementedYetError,
+    ShellClosedError,
 )
 from rsr_async.harness import EpisodeOutcome, Terminus2, get_harness
 from rsr_async.harness.fakes import FakeShell, FakeShellSandbox, ReplayModel
@@ -292,6 +294,20 @@ async def test_the_deadline_ends_the_episode_with_the_partial_trajectory() -> No
 async def test_the_shell_exiting_ends_the_episode() -> None:
     outcome, _, _, _ = await play([act("exit\n"), act(done=True)])
     assert outcome.end_reason == "error" and "shell exited" in (outcome.error or "")
+
+
+async def test_a_broken_shell_stream_is_an_infrastructure_error_not_the_models() -> None:
+    class BrokenStream(FakeShell):
+        async def send(self, keys: str) -> None:
+            await super().send(keys)
+            if "break" in keys:  # Docker drops the exec stream under this command
+                self.broken = ConnectionResetError("reset by peer")
+                raise ShellClosedError("the shell's stream closed")
+
+    model = ReplayModel([act("echo ok\n"), act("echo break\n"), act(done=True)])
+    with pytest.raises(ShellClosedError) as caught:
+        await Terminus2(HarnessConfig()).run(spec(), FakeShellSandbox(BrokenStream()), model)
+    assert isinstance(caught.value, InfraError) and caught.value.retryable
 
 
 async def test_infrastructure_errors_propagate_after_a_checkpoint() -> None:

@@ -434,14 +434,15 @@ async def spawn_sim_servers(
             if tasks_dir is not None:
                 argv += ["--tasks", str(tasks_dir)]
             processes.append(await anyio.open_process(argv, env=env, stderr=None))
-        with anyio.fail_after(start_timeout_s):
-            urls.extend([await _read_url(process) for process in processes])
+        try:
+            with anyio.fail_after(start_timeout_s):
+                urls.extend([await _read_url(process) for process in processes])
+        except TimeoutError as exc:  # only the start-up: the caller's timeouts are its own
+            raise LLMConnectionError(
+                f"sim-server: {count - len(urls)} of {count} simulators did not report a port "
+                f"within {start_timeout_s} s; run `python -m rsr_async sim-server` to see why"
+            ) from exc
         yield urls
-    except TimeoutError as exc:
-        raise LLMConnectionError(
-            f"sim-server: {count - len(urls)} of {count} simulators did not report a port "
-            f"within {start_timeout_s} s; run `python -m rsr_async sim-server` to see why"
-        ) from exc
     finally:
         with anyio.CancelScope(shield=True):
             for process in processes:

@@ -377,7 +377,8 @@ class BuildOnce:
     """Single flight: concurrent requests for one key run one build, others wait for it.
 
     If the builder is cancelled or fails, waiters do not hang: each retries (a failure
-    is raised to every waiter of that attempt).
+    is raised to every waiter of that attempt). A non-retryable failure (a build error)
+    is remembered and raised at once to later requests.
     """
 
     def __init__(self) -> None:
@@ -389,6 +390,11 @@ class BuildOnce:
         while True:
             if key in self._done:
                 return self._done[key]
+            known = self._failed.get(key)
+            if known is not None and not getattr(known, "retryable", True):
+                # A Dockerfile that failed to build fails again: every later episode of
+                # that task would hold a build slot for nothing.
+                raise known
             event = self._running.get(key)
             if event is None:
                 break

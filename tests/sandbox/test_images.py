@@ -187,3 +187,28 @@ async def test_full_bootstrap_under_another_tag() -> None:
                 assert result.exit_code == 0, result.output
     finally:
         await _remove_image(tag)
+
+
+async def test_a_failed_build_is_remembered_not_retried_per_episode() -> None:
+    from rsr_async.errors import ImageBuildError, SandboxError
+    from rsr_async.sandbox.images import BuildOnce
+
+    once, calls = BuildOnce(), []
+
+    async def broken() -> str:
+        calls.append(1)
+        raise ImageBuildError("task 't': RUN false returned 1", log="...")
+
+    for _ in range(3):
+        with pytest.raises(ImageBuildError):
+            await once.get("t", broken)
+    assert len(calls) == 1
+
+    async def flaky() -> str:  # a retryable failure (the daemon hiccuped) is tried again
+        calls.append(2)
+        raise SandboxError("daemon busy")
+
+    for _ in range(2):
+        with pytest.raises(SandboxError):
+            await once.get("u", flaky)
+    assert calls.count(2) == 2

@@ -9,8 +9,13 @@ the same object. Other strings take a generic path (``memchr`` for one-byte stri
 UTF-8 byte counts come from the code points, so nothing is encoded.
 """
 
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.unicode cimport (
+    Py_UNICODE_ISSPACE,
+    PyUnicode_DATA,
+    PyUnicode_GET_LENGTH,
+    PyUnicode_KIND,
+)
 from libc.string cimport memchr, memcpy
 
 import msgspec
@@ -64,10 +69,25 @@ cdef extern from *:
     }
 
     static inline int rsr_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
+
+    /* memcpy for the short runs between escapes (a few dozen bytes): whole 16-byte
+       blocks while both buffers have room past the run (the overshoot is rewritten by
+       the next run or lies in slack), so no library call per run. */
+    static inline void rsr_copy_run(char *dst, const char *dst_end, const unsigned char *src,
+                                    const unsigned char *src_end, Py_ssize_t len) {
+        if (len <= 64 && dst + 64 <= dst_end && src + 64 <= src_end) {
+            Py_ssize_t k;
+            for (k = 0; k < len; k += 16) memcpy(dst + k, src + k, 16);
+        } else {
+            memcpy(dst, src, (size_t)len);
+        }
+    }
     """
     Py_ssize_t rsr_find_esc(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) nogil
     unsigned long long rsr_esc_mask64(const unsigned char* p) nogil
     int rsr_ctz64(unsigned long long x) nogil
+    void rsr_copy_run(char* dst, const char* dst_end, const unsigned char* src,
+                      const unsigned char* src_end, Py_ssize_t length) nogil
 
 cdef str SAME_MARKER = "[same output as the previous observation]"
 cdef object _force_setattr = msgspec.structs.force_setattr
@@ -156,10 +176,12 @@ cdef inline Py_ssize_t _utf8_len(str text):
 
 
 cdef void _copy_stripped(const unsigned char* p, Py_ssize_t n, const Py_ssize_t* spans,
-                         Py_ssize_t count, Py_ssize_t a, Py_ssize_t b, char* dst) noexcept nogil:
-    """Copy characters ``a:b`` of the text without its escape ``spans`` (pairs of bounds)."""
-    cdef Py_ssize_t k, src = 0, pos = 0, seg_end, lo, hi
-    for k in range(count + 1):
+                         Py_ssize_t count, Py_ssize_t k, Py_ssize_t src, Py_ssize_t pos,
+                         Py_ssize_t a, Py_ssize_t b, char* dst, const char* dst_end) noexcept nogil:
+    """Copy characters ``a:b`` of the text without its escape ``spans`` (pairs of bounds),
+    starting at kept segment ``k``, which begins at ``p[src]``, stripped character ``pos``."""
+    cdef Py_ssize_t seg_end, lo, hi
+    while True:
         seg_end = spans[2 * k] if k < count else n
         # The kept segment p[src:seg_end] holds stripped characters pos:pos + length.
         lo = a if a > pos else pos
@@ -167,12 +189,22 @@ cdef void _copy_stripped(const unsigned char* p, Py_ssize_t n, const Py_ssize_t*
         if hi > b:
             hi = b
         if hi > lo:
-            memcpy(dst, p + src + (lo - pos), hi - lo)
+            rsr_copy_run(dst, dst_end, p + src + (lo - pos), p + n, hi - lo)
             dst += hi - lo
         pos += seg_end - src
         if pos >= b or k == count:
             return
         src = spans[2 * k + 1]
+        k += 1
+
+
+# Escape spans of the observation being cleaned, kept between calls (grow-only): an
+# observation holds hundreds of escapes, and a fresh buffer per call costs a malloc, a
+# free and, once glibc trims its heap, page faults. Only code holding the GIL touches it;
+# ``_pool_busy`` sends a re-entrant call (a finaliser run mid-clean) to its own buffer.
+cdef Py_ssize_t* _pool = NULL
+cdef Py_ssize_t _pool_cap = 0
+cdef bint _pool_busy = False
 
 
 cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_t* escapes,
@@ -180,19 +212,32 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
     """``_clean`` for ASCII text (terminal screens, nearly always): escape spans are found
     first, then only the characters that survive (head and tail, when cut) are copied,
     once, straight into the new string."""
+    global _pool, _pool_cap, _pool_busy
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
     cdef const unsigned char* p = <const unsigned char*>PyUnicode_DATA(text)
     cdef Py_ssize_t small[128]
     cdef Py_ssize_t* spans = &small[0]
     cdef Py_ssize_t* grown
-    cdef Py_ssize_t capacity = 64, count = 0, removed = 0, j, k, o, head, tail
+    cdef Py_ssize_t capacity = 64, count = 0, removed = 0, j, k, o, head, tail, m
+    cdef Py_ssize_t src, pos, seg
     cdef str marker, result
     cdef char* dst
+    cdef const char* dst_end
     cdef Py_ssize_t base
     cdef unsigned long long mask
+    cdef bint pooled = False
     j = rsr_find_esc(p, 0, n) if strip_ansi else n
     if j == n and (max_bytes <= 0 or n <= max_bytes):
         return text
+    if j < n and not _pool_busy:
+        if _pool == NULL:
+            _pool = <Py_ssize_t*>PyMem_Malloc(1024 * 2 * sizeof(Py_ssize_t))
+            if _pool == NULL:
+                raise MemoryError()
+            _pool_cap = 1024
+        _pool_busy = pooled = True
+        spans = _pool
+        capacity = _pool_cap
     try:
         # ESC positions 64 bytes at a time as a bit mask; each escape sequence is then
         # parsed from its ESC, and the mask bits it covers are dropped.
@@ -209,12 +254,19 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
                 j = base + rsr_ctz64(mask)
                 k = _skip_escape(1, p, n, j)
                 if count == capacity:
-                    grown = <Py_ssize_t*>PyMem_Malloc(capacity * 4 * sizeof(Py_ssize_t))
-                    if grown == NULL:
-                        raise MemoryError()
-                    memcpy(grown, spans, capacity * 2 * sizeof(Py_ssize_t))
-                    if spans != &small[0]:
-                        PyMem_Free(spans)
+                    if pooled:
+                        grown = <Py_ssize_t*>PyMem_Realloc(_pool, capacity * 4 * sizeof(Py_ssize_t))
+                        if grown == NULL:
+                            raise MemoryError()
+                        _pool = grown
+                        _pool_cap = capacity * 2
+                    else:
+                        grown = <Py_ssize_t*>PyMem_Malloc(capacity * 4 * sizeof(Py_ssize_t))
+                        if grown == NULL:
+                            raise MemoryError()
+                        memcpy(grown, spans, capacity * 2 * sizeof(Py_ssize_t))
+                        if spans != &small[0]:
+                            PyMem_Free(spans)
                     spans = grown
                     capacity *= 2
                 spans[2 * count] = j
@@ -234,21 +286,41 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
             head = max_bytes // 2
             tail = max_bytes - head
             marker = f"\n[... {o - head - tail} bytes omitted ...]\n"
-            result = PyUnicode_New(head + PyUnicode_GET_LENGTH(marker) + tail, 127)
+            m = PyUnicode_GET_LENGTH(marker)
+            result = PyUnicode_New(head + m + tail, 127)
             dst = <char*>PyUnicode_DATA(result)
-            _copy_stripped(p, n, spans, count, 0, head, dst)
-            memcpy(dst + head, PyUnicode_DATA(marker), PyUnicode_GET_LENGTH(marker))
-            _copy_stripped(p, n, spans, count, o - tail, o,
-                           dst + head + PyUnicode_GET_LENGTH(marker))
+            dst_end = dst + head + m + tail
+            _copy_stripped(p, n, spans, count, 0, 0, 0, 0, head, dst, dst_end)
+            memcpy(dst + head, PyUnicode_DATA(marker), m)
+            # The tail's first segment, found from the end: the kept segment after
+            # span seg starts at stripped character pos.
+            seg = count
+            src = n
+            pos = o
+            while seg > 0:
+                pos -= src - spans[2 * seg - 1]
+                src = spans[2 * seg - 1]
+                if pos <= o - tail:
+                    break
+                src = spans[2 * seg - 2]
+                seg -= 1
+            else:
+                pos -= src
+                src = 0
+            _copy_stripped(p, n, spans, count, seg, src, pos, o - tail, o,
+                           dst + head + m, dst_end)
             cut[0] = True
             return result
         if count == 0:
             return text
         result = PyUnicode_New(o, 127)
-        _copy_stripped(p, n, spans, count, 0, o, <char*>PyUnicode_DATA(result))
+        dst = <char*>PyUnicode_DATA(result)
+        _copy_stripped(p, n, spans, count, 0, 0, 0, 0, o, dst, dst + o)
         return result
     finally:
-        if spans != &small[0]:
+        if pooled:
+            _pool_busy = False
+        elif spans != &small[0]:
             PyMem_Free(spans)
 
 
@@ -337,14 +409,29 @@ def clean_observation(text, *, max_bytes=4096, strip_ansi=True):
 
 
 cdef bint _is_statem(object command, Py_ssize_t index) except -1:
-    keystrokes = getattr(command, "keystrokes", None)
+    cdef object keystrokes
+    if isinstance(command, Command):
+        keystrokes = (<object>command).keystrokes
+    else:
+        keystrokes = getattr(command, "keystrokes", None)
     if not isinstance(command, Command) or not isinstance(keystrokes, str):
         raise TypeError(
             f"compress_trajectory: messages[{index}].commands holds {command!r}, "
             "not a Command with str keystrokes"
         )
-    cdef list words = (<str>keystrokes).split(None, 1)
-    return len(words) > 0 and words[0] == "statem"
+    # ``keystrokes.split(None, 1)[0] == "statem"`` without building the list: the first
+    # word starts after str.isspace() characters and ends at one or at the end.
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(keystrokes), i = 0, t
+    cdef int kind = PyUnicode_KIND(keystrokes)
+    cdef const void* data = PyUnicode_DATA(keystrokes)
+    while i < n and Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i)):
+        i += 1
+    if n - i < 6:
+        return False
+    for t in range(6):
+        if PyUnicode_READ(kind, data, i + t) != <Py_UCS4>(b"statem"[t]):
+            return False
+    return i + 6 == n or Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i + 6))
 
 
 def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=True,
@@ -368,7 +455,7 @@ def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=Tr
     cdef Py_ssize_t collapsed = 0, truncated = 0, escapes = 0, bytes_in = 0, bytes_out = 0
     cdef Py_ssize_t index, n_plain, n_commands
     cdef bint skipping = False, previous_kept_is_it = False, cut
-    cdef object message, out, previous = None, commands, plain
+    cdef object message, out, previous = None, commands, plain, c
     cdef str content, origin, text
     for index in range(len(messages)):
         message = messages[index]
@@ -396,8 +483,12 @@ def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=Tr
         elif origin == "model":
             commands = message.commands
             n_commands = len(commands)
-            plain = tuple([c for c in commands if not _is_statem(c, index)])
-            n_plain = len(plain)
+            n_plain = 0
+            for c in commands:
+                n_plain += not _is_statem(c, index)
+            plain = commands
+            if n_plain != n_commands:
+                plain = tuple([c for c in commands if not _is_statem(c, index)])
             if n_commands and not n_plain:
                 statem += 1
                 skipping = True

@@ -193,3 +193,43 @@ def test_huge_observation_agrees() -> None:
     big = ("\x1b[32mok\x1b[0m line é€𝄞 " * 40_000) + "\x1b]0;t\x07"
     assert native.clean_observation(big) == pure.clean_observation(big)
     assert len(native.clean_observation(big).encode()) < 4200
+
+
+def test_ascii_escape_heavy_observations_agree_at_every_cut() -> None:
+    # Thousands of escapes (more than the reused span buffer starts with), escapes
+    # straddling the head/tail boundaries and the 64-byte blocks, and runs longer and
+    # shorter than the 16-byte copy blocks.
+    native = load_impl("compress", "native")
+    pure = load_impl("compress", "pure")
+    line = "\x1b[01;34mdir_{i}\x1b[0m x\x1b]0;t\x07" + "y" * 70 + "\x1b(B{i}\n"
+    big = "".join(line.format(i=i) for i in range(1500))
+    assert big.isascii()
+    for limit in (0, 1, 2, 3, 17, 64, 100, 4096, 65_536, len(big)):
+        assert native.clean_observation(big, max_bytes=limit) == pure.clean_observation(
+            big, max_bytes=limit
+        )
+    small = "ab\x1b[1mcd\x1b[0mef\x1b]x\x07gh" * 5
+    for limit in range(len(small) + 2):
+        assert native.clean_observation(small, max_bytes=limit) == pure.clean_observation(
+            small, max_bytes=limit
+        )
+    t = traj(
+        msg("model", "{}", "ls\n"), msg("env", big), msg("model", "{}", "ls\n"), msg("env", big)
+    )
+    assert native.compress_trajectory(t) == pure.compress_trajectory(t)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    ["statem", "statem\n", "\x1c\u3000statem\x85go", "statem\u00a0x", "statemx", "xstatem", "", " "],
+)
+def test_statem_first_word_rule_agrees(keys: str) -> None:
+    native = load_impl("compress", "native")
+    pure = load_impl("compress", "pure")
+    t = traj(
+        msg("model", "{}", keys, "ls\n"),
+        msg("env", "out"),
+        msg("model", "{}", keys),
+        msg("env", "o"),
+    )
+    assert native.compress_trajectory(t) == pure.compress_trajectory(t)

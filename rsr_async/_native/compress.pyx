@@ -9,6 +9,7 @@ the same object. Other strings take a generic path (``memchr`` for one-byte stri
 UTF-8 byte counts come from the code points, so nothing is encoded.
 """
 
+from cpython.object cimport PyObject
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport (
     Py_UNICODE_ISSPACE,
@@ -89,8 +90,67 @@ cdef extern from *:
     void rsr_copy_run(char* dst, const char* dst_end, const unsigned char* src,
                       const unsigned char* src_end, Py_ssize_t length) nogil
 
+cdef extern from *:
+    """
+    #include "structmember.h"
+    /* Byte offset of the object slot behind member descriptor ``name`` of ``type``, or -1. */
+    static Py_ssize_t rsr_slot_offset(PyObject *type, PyObject *name) {
+        PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, name);
+        PyMemberDef *m;
+        if (d == NULL || Py_TYPE(d) != &PyMemberDescr_Type) { PyErr_Clear(); return -1; }
+        m = ((PyMemberDescrObject *)d)->d_member;
+        return m->type == T_OBJECT_EX ? m->offset : -1;
+    }
+    /* The object in the slot at ``offset`` (borrowed; NULL when unset). */
+    static inline PyObject *rsr_slot(PyObject *o, Py_ssize_t offset) {
+        return *(PyObject **)((char *)o + offset);
+    }
+    /* Store ``value`` in the slot at ``offset`` of a new, private record. */
+    static inline void rsr_slot_set(PyObject *o, Py_ssize_t offset, PyObject *value) {
+        PyObject **slot = (PyObject **)((char *)o + offset);
+        PyObject *old = *slot;
+        Py_INCREF(value);
+        *slot = value;
+        Py_XDECREF(old);
+    }
+    """
+    Py_ssize_t rsr_slot_offset(object type, object name) except? -2
+    PyObject* rsr_slot(object o, Py_ssize_t offset)
+    void rsr_slot_set(object o, Py_ssize_t offset, object value)
+
 cdef str SAME_MARKER = "[same output as the previous observation]"
 cdef object _force_setattr = msgspec.structs.force_setattr
+cdef object _struct_copy = Message.__copy__
+# Message is a msgspec Struct: its fields are object slots at fixed offsets. For records
+# of exactly that type (a subclass could make a field a property) they are read, and set
+# on private copies, directly. Message has gc=False (no field can hold a cycle), so a
+# slot store needs no GC bookkeeping.
+cdef Py_ssize_t _CONTENT = rsr_slot_offset(Message, "content")
+cdef Py_ssize_t _ORIGIN = rsr_slot_offset(Message, "origin")
+cdef Py_ssize_t _COMMANDS = rsr_slot_offset(Message, "commands")
+cdef bint _SLOTS = (
+    _CONTENT >= 0 and _ORIGIN >= 0 and _COMMANDS >= 0
+    and not Message.__struct_config__.gc and not Message.__struct_config__.cache_hash
+)
+
+
+cdef inline object _field(object message, Py_ssize_t offset, str name):
+    cdef PyObject* value
+    if _SLOTS and type(message) is Message:
+        value = rsr_slot(message, offset)
+        if value != NULL:
+            return <object>value
+    return getattr(message, name)
+
+
+cdef inline object _with_content(object message, str text):
+    """``msgspec.structs.replace(message, content=text)``, for a Message."""
+    cdef object copy
+    if _SLOTS and type(message) is Message:
+        copy = _struct_copy(message)
+        rsr_slot_set(copy, _CONTENT, text)
+        return copy
+    return _replace(message, "content", text)
 
 
 cdef inline object _replace(object message, str field, object value):
@@ -455,7 +515,7 @@ def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=Tr
     cdef Py_ssize_t collapsed = 0, truncated = 0, escapes = 0, bytes_in = 0, bytes_out = 0
     cdef Py_ssize_t index, n_plain, n_commands
     cdef bint skipping = False, previous_kept_is_it = False, cut
-    cdef object message, out, previous = None, commands, plain, c
+    cdef object message, out, previous = None, commands, plain, c, c2
     cdef str content, origin, text
     for index in range(len(messages)):
         message = messages[index]
@@ -464,14 +524,16 @@ def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=Tr
                 f"compress_trajectory: messages[{index}] is a {type(message).__name__}, "
                 "not a Message"
             )
-        if not isinstance(message.content, str) or not isinstance(message.origin, str):
+        c = _field(message, _CONTENT, "content")
+        c2 = _field(message, _ORIGIN, "origin")
+        if not isinstance(c, str) or not isinstance(c2, str):
             raise TypeError(
                 f"compress_trajectory: messages[{index}] has a "
-                f"{type(message.content).__name__} content and a "
-                f"{type(message.origin).__name__} origin; both must be str"
+                f"{type(c).__name__} content and a "
+                f"{type(c2).__name__} origin; both must be str"
             )
-        content = message.content
-        origin = message.origin
+        content = c
+        origin = c2
         bytes_in += _utf8_len(content)
         out = message
         if origin == "harness":
@@ -481,7 +543,7 @@ def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=Tr
             private += 1
             out = None
         elif origin == "model":
-            commands = message.commands
+            commands = _field(message, _COMMANDS, "commands")
             n_commands = len(commands)
             n_plain = 0
             for c in commands:
@@ -511,20 +573,20 @@ def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=Tr
                     if previous_kept_is_it:
                         out = None
                     else:
-                        out = _replace(message, "content", SAME_MARKER)
+                        out = _with_content(message, SAME_MARKER)
                 else:
                     previous = text
                     if text is not content:
-                        out = _replace(message, "content", text)
+                        out = _with_content(message, text)
         elif origin == "task" and strip:
             text = _clean(content, 0, True, &escapes, &cut)
             if text is not content:
-                out = _replace(message, "content", text)
+                out = _with_content(message, text)
         if out is None:
             dropped.append(index)
             continue
         previous_kept_is_it = origin == "env"
-        bytes_out += _utf8_len(out.content)
+        bytes_out += _utf8_len(content if out is message else _field(out, _CONTENT, "content"))
         kept.append(out)
     result = Trajectory(
         task=trajectory.task, harness=trajectory.harness, model=trajectory.model, messages=kept

@@ -233,3 +233,24 @@ def test_statem_first_word_rule_agrees(keys: str) -> None:
         msg("env", "o"),
     )
     assert native.compress_trajectory(t) == pure.compress_trajectory(t)
+
+
+class _TaggedMessage(Message, frozen=True):
+    tag: str = ""
+
+
+def test_message_subclasses_agree() -> None:
+    # The compiled path reads Message slots directly only for exact Messages.
+    native = load_impl("compress", "native")
+    pure = load_impl("compress", "pure")
+    t = traj(
+        _TaggedMessage(role="user", content="\x1b[1mtask\x1b[0m", origin="task", tag="a"),
+        msg("model", "{}", "statem cur\n", "ls\n"),
+        _TaggedMessage(role="user", content="x" * 50 + "\x1b[0m", origin="env", tag="b"),
+        msg("model", "{}", "ls\n"),
+        _TaggedMessage(role="user", content="x" * 50, origin="env", tag="c"),
+    )
+    got = native.compress_trajectory(t, max_observation_bytes=20)
+    assert got == pure.compress_trajectory(t, max_observation_bytes=20)
+    assert all(type(m) is type(o) for m, o in zip(got[0].messages, t.messages, strict=False))
+    assert got[0].messages[2].tag == "b"

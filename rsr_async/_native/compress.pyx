@@ -71,6 +71,35 @@ cdef extern from *:
 
     static inline int rsr_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
 
+    /* Index just past the CSI sequence at p[j] (ESC) p[j + 1] ('['): parameters
+       0x30-0x3F*, intermediates 0x20-0x2F*, an optional final 0x40-0x7E. Their lengths
+       vary ("ESC[0m", "ESC[01;34m"), so a byte loop mispredicts its exits; here the
+       byte classes of the 16 bytes from the ESC are bit masks and each run's end is a
+       count of trailing ones, without a branch on the data. */
+    static inline Py_ssize_t rsr_skip_csi(const unsigned char *p, Py_ssize_t j, Py_ssize_t n) {
+        Py_ssize_t k;
+    #if defined(__SSE2__)
+        if (j + 16 <= n) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(p + j));
+            const __m128i hi = _mm_and_si128(v, _mm_set1_epi8((char)0xF0));
+            const unsigned pm = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(hi, _mm_set1_epi8(0x30)));
+            const unsigned im = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(hi, _mm_set1_epi8(0x20)));
+            const unsigned fm = (unsigned)_mm_movemask_epi8(_mm_and_si128(
+                _mm_cmpgt_epi8(v, _mm_set1_epi8(0x3F)), _mm_cmplt_epi8(v, _mm_set1_epi8(0x7F))));
+            const unsigned a = 2 + (unsigned)__builtin_ctz(~(pm >> 2));
+            if (a < 16) {
+                const unsigned b = a + (unsigned)__builtin_ctz(~(im >> a));
+                if (b < 16) return j + b + ((fm >> b) & 1);
+            }
+        }
+    #endif
+        k = j + 2;
+        while (k < n && p[k] >= 0x30 && p[k] <= 0x3F) k++;
+        while (k < n && p[k] >= 0x20 && p[k] <= 0x2F) k++;
+        if (k < n && p[k] >= 0x40 && p[k] <= 0x7E) k++;
+        return k;
+    }
+
     /* memcpy for the short runs between escapes (a few dozen bytes): whole 16-byte
        blocks while both buffers have room past the run (the overshoot is rewritten by
        the next run or lies in slack), so no library call per run. */
@@ -87,6 +116,7 @@ cdef extern from *:
     Py_ssize_t rsr_find_esc(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) nogil
     unsigned long long rsr_esc_mask64(const unsigned char* p) nogil
     int rsr_ctz64(unsigned long long x) nogil
+    Py_ssize_t rsr_skip_csi(const unsigned char* p, Py_ssize_t j, Py_ssize_t n) nogil
     void rsr_copy_run(char* dst, const char* dst_end, const unsigned char* src,
                       const unsigned char* src_end, Py_ssize_t length) nogil
 
@@ -211,6 +241,17 @@ cdef inline Py_ssize_t _skip_escape(int kind, const void* data, Py_ssize_t n, Py
     return k
 
 
+cdef inline Py_ssize_t _skip_escape1(const unsigned char* p, Py_ssize_t n, Py_ssize_t j) noexcept nogil:
+    """``_skip_escape`` for one-byte text, CSI (colours, nearly every escape) first."""
+    if j + 1 < n and p[j + 1] == 91:
+        return rsr_skip_csi(p, j, n)
+    return _skip_escape(1, p, n, j)
+
+
+cdef inline bint _is_string_escape(unsigned char c) noexcept nogil:
+    return c == 93 or c == 80 or c == 88 or c == 94 or c == 95  # ] P X ^ _
+
+
 cdef inline Py_ssize_t _char_bytes(Py_UCS4 c) noexcept nogil:
     if c < 0x80:
         return 1
@@ -312,7 +353,7 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
                         mask |= (<unsigned long long>1) << k
             while mask:
                 j = base + rsr_ctz64(mask)
-                k = _skip_escape(1, p, n, j)
+                k = _skip_escape1(p, n, j)
                 if count == capacity:
                     if pooled:
                         grown = <Py_ssize_t*>PyMem_Realloc(_pool, capacity * 4 * sizeof(Py_ssize_t))
@@ -333,9 +374,15 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
                 spans[2 * count + 1] = k
                 count += 1
                 removed += k - j
-                if k - base >= 64:
-                    break
-                mask &= (~(<unsigned long long>0)) << (k - base)
+                mask &= mask - 1
+                # Only the string sequences (ESC ] P X ^ _, up to BEL or ESC \) can
+                # hold an ESC; every other kind ends at or before the next one. So the
+                # next ESC is found without waiting for this one's end, and the CPU
+                # parses several escapes at once.
+                if j + 1 < n and _is_string_escape(p[j + 1]):
+                    if k - base >= 64:
+                        break
+                    mask &= (~(<unsigned long long>0)) << (k - base)
             else:
                 base += 64
                 continue

@@ -254,3 +254,30 @@ def test_message_subclasses_agree() -> None:
     assert got == pure.compress_trajectory(t, max_observation_bytes=20)
     assert all(type(m) is type(o) for m, o in zip(got[0].messages, t.messages, strict=False))
     assert got[0].messages[2].tag == "b"
+
+
+@pytest.mark.parametrize(
+    "seq",
+    [
+        "\x1b[m",
+        "\x1b[0m",
+        "\x1b[01;34;48;5;231;1;2;3;4m",  # parameters past the 16-byte window
+        "\x1b[1;2 !q",  # intermediates then a final
+        "\x1b[12 \x1b[3m",  # no final: ends at the next ESC
+        "\x1b[" + " " * 20 + "m",  # intermediates past the window
+        "\x1b[12\x7f",  # DEL is no final
+        "\x1b[?25h",
+        "\x1b]0;t\x1b[1m\x07",  # an ESC inside a string sequence belongs to it
+        "\x1b]8;;u\x1b\\",
+    ],
+)
+def test_escape_kinds_at_every_offset_agree(seq: str) -> None:
+    native = load_impl("compress", "native")
+    pure = load_impl("compress", "pure")
+    for pad in range(70):  # every position in and across a 64-byte block, and at the end
+        for text_ in ("a" * pad + seq + "tail" * 20, "a" * pad + seq, "b" * pad + seq + seq):
+            assert native.clean_observation(text_, max_bytes=0) == pure.clean_observation(
+                text_, max_bytes=0
+            )
+            t = traj(msg("env", text_))
+            assert native.compress_trajectory(t) == pure.compress_trajectory(t)

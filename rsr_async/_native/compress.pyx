@@ -5,8 +5,13 @@ Each observation is read once through the PEP 393 API. In ASCII text (terminal
 screens, nearly always) escape characters are found 64 bytes at a time as a bit mask,
 and only the characters that survive (the head and tail, when the observation is cut)
 are copied, once, straight into the new string; an unchanged observation is returned as
-the same object. Other strings take a generic path (``memchr`` for one-byte strings).
-UTF-8 byte counts come from the code points, so nothing is encoded.
+the same object. Escapes other than the string kinds cannot hold an ESC, so the next
+one is found without waiting for the current parse, and CSI runs are measured with byte
+class masks. Escape spans go to a buffer kept between calls (a fresh one per call made
+glibc trim and refault its heap). Other strings take a generic path (``memchr`` for
+one-byte strings). UTF-8 byte counts come from the code points, so nothing is encoded.
+Exact ``Message`` records are read, and their private copies written, through their
+slots rather than attribute lookups.
 """
 
 from cpython.object cimport PyObject

@@ -154,6 +154,7 @@ cdef extern from *:
     void rsr_slot_set(object o, Py_ssize_t offset, object value)
 
 cdef str SAME_MARKER = "[same output as the previous observation]"
+cdef const char* _STATEM = b"statem"
 cdef object _force_setattr = msgspec.structs.force_setattr
 cdef object _struct_copy = Message.__copy__
 # Message is a msgspec Struct: its fields are object slots at fixed offsets. For records
@@ -541,7 +542,7 @@ cdef bint _is_statem(object command, Py_ssize_t index) except -1:
     if n - i < 6:
         return False
     for t in range(6):
-        if PyUnicode_READ(kind, data, i + t) != <Py_UCS4>(b"statem"[t]):
+        if PyUnicode_READ(kind, data, i + t) != <Py_UCS4>(<unsigned char>_STATEM[t]):
             return False
     return i + 6 == n or Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i + 6))
 

@@ -283,23 +283,19 @@ cdef inline Py_ssize_t _utf8_len(str text):
 
 
 cdef void _copy_stripped(const unsigned char* p, Py_ssize_t n, const Py_ssize_t* spans,
-                         Py_ssize_t count, Py_ssize_t k, Py_ssize_t src, Py_ssize_t pos,
-                         Py_ssize_t a, Py_ssize_t b, char* dst, const char* dst_end) noexcept nogil:
-    """Copy characters ``a:b`` of the text without its escape ``spans`` (pairs of bounds),
-    starting at kept segment ``k``, which begins at ``p[src]``, stripped character ``pos``."""
-    cdef Py_ssize_t seg_end, lo, hi
-    while True:
-        seg_end = spans[2 * k] if k < count else n
-        # The kept segment p[src:seg_end] holds stripped characters pos:pos + length.
-        lo = a if a > pos else pos
-        hi = pos + (seg_end - src)
-        if hi > b:
-            hi = b
-        if hi > lo:
-            rsr_copy_run(dst, dst_end, p + src + (lo - pos), p + n, hi - lo)
-            dst += hi - lo
-        pos += seg_end - src
-        if pos >= b or k == count:
+                         Py_ssize_t count, Py_ssize_t k, Py_ssize_t src, Py_ssize_t want,
+                         char* dst, const char* dst_end) noexcept nogil:
+    """Copy ``want`` characters of the text without its escape ``spans`` (pairs of
+    bounds), from ``p[src]``, which lies in kept segment ``k`` (the one before span k)."""
+    cdef Py_ssize_t length
+    while want > 0:
+        length = (spans[2 * k] if k < count else n) - src
+        if length > want:
+            length = want
+        rsr_copy_run(dst, dst_end, p + src, p + n, length)
+        dst += length
+        want -= length
+        if k == count:
             return
         src = spans[2 * k + 1]
         k += 1
@@ -403,7 +399,7 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
             result = PyUnicode_New(head + m + tail, 127)
             dst = <char*>PyUnicode_DATA(result)
             dst_end = dst + head + m + tail
-            _copy_stripped(p, n, spans, count, 0, 0, 0, 0, head, dst, dst_end)
+            _copy_stripped(p, n, spans, count, 0, 0, head, dst, dst_end)
             memcpy(dst + head, PyUnicode_DATA(marker), m)
             # The tail's first segment, found from the end: the kept segment after
             # span seg starts at stripped character pos.
@@ -420,7 +416,7 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
             else:
                 pos -= src
                 src = 0
-            _copy_stripped(p, n, spans, count, seg, src, pos, o - tail, o,
+            _copy_stripped(p, n, spans, count, seg, src + (o - tail - pos), tail,
                            dst + head + m, dst_end)
             cut[0] = True
             return result
@@ -428,7 +424,7 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
             return text
         result = PyUnicode_New(o, 127)
         dst = <char*>PyUnicode_DATA(result)
-        _copy_stripped(p, n, spans, count, 0, 0, 0, 0, o, dst, dst + o)
+        _copy_stripped(p, n, spans, count, 0, 0, o, dst, dst + o)
         return result
     finally:
         if pooled:

@@ -429,6 +429,10 @@ cdef str _clean_ascii(str text, Py_ssize_t max_bytes, bint strip_ansi, Py_ssize_
     finally:
         if pooled:
             _pool_busy = False
+            if _pool_cap > 65536:  # one huge observation should not pin megabytes
+                PyMem_Free(_pool)
+                _pool = NULL
+                _pool_cap = 0
         elif spans != &small[0]:
             PyMem_Free(spans)
 

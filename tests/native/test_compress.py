@@ -281,3 +281,14 @@ def test_escape_kinds_at_every_offset_agree(seq: str) -> None:
             )
             t = traj(msg("env", text_))
             assert native.compress_trajectory(t) == pure.compress_trajectory(t)
+
+
+def test_observation_with_more_escapes_than_the_kept_buffer_agrees() -> None:
+    # Past 65536 escapes the compiled path hands its span buffer back after the call;
+    # the calls after it start a new one.
+    native = load_impl("compress", "native")
+    pure = load_impl("compress", "pure")
+    huge = "x\x1b[1m" * 70_000 + "end"
+    for _ in range(2):
+        assert native.clean_observation(huge) == pure.clean_observation(huge)
+        assert native.clean_observation("a\x1b[0mb" * 50, max_bytes=0) == "ab" * 50

@@ -14,6 +14,8 @@ from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIN
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
 
+cimport cython
+
 from collections.abc import Sequence
 
 from rsr_async.schema import Leak
@@ -103,6 +105,7 @@ cdef extern from *:
     #endif
         rsr_masks_scalar(p, length, m);
     }
+
     """
     ctypedef struct rsr_masks:
         uint64_t word, digit, zero, letter, hex, slash, dot, dash, plus, under
@@ -238,6 +241,16 @@ cdef inline uint64_t _hash_bytes(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     return h if h else 1  # 0 marks an empty table slot
 
 
+cdef inline uint64_t _hash_short(uint64_t head, uint64_t tail, Py_ssize_t n) noexcept nogil:
+    """Hash of a word of up to 16 bytes from its head and tail words (which hold all of it)."""
+    cdef uint64_t h = (head ^ <uint64_t>0x9E3779B97F4A7C15 ^ <uint64_t>n) * <uint64_t>0xBF58476D1CE4E5B9
+    h = (h ^ (h >> 31) ^ tail) * <uint64_t>0x94D049BB133111EB
+    h ^= h >> 29
+    h *= <uint64_t>0xBF58476D1CE4E5B9
+    h ^= h >> 32
+    return h if h else 1  # 0 marks an empty table slot
+
+
 cdef inline bint _same(int k1, const void* d1, Py_ssize_t s1,
                        int k2, const void* d2, Py_ssize_t s2, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
@@ -359,6 +372,7 @@ cdef Py_ssize_t _spare_bits = 0
 cdef Py_ssize_t _SPARE_MAX_BITS = 18
 
 
+@cython.final
 cdef class LeakScanner:
     """Incremental leak scan of one episode: ``observe`` what the model saw, ``scan`` what it did."""
 
@@ -461,7 +475,7 @@ cdef class LeakScanner:
                     return j
             j = (j + 1) & mask
 
-    cdef int _lookup(self, int kind, const void* data, Py_ssize_t s, Py_ssize_t e,
+    cdef inline int _lookup(self, int kind, const void* data, Py_ssize_t s, Py_ssize_t e,
                      Py_ssize_t insert_from) except -1:
         """1 when the ASCII word ``data[s:e]`` is known, else 0; with ``insert_from`` >= 0
         an unknown word is added, pointing into that text."""
@@ -478,8 +492,8 @@ cdef class LeakScanner:
                 raise MemoryError()
             for i in range(n):
                 b[i] = <uint8_t>PyUnicode_READ(kind, data, s + i)
-        h = _hash_bytes(b, n)
         _head_tail(b, n, &head, &tail)
+        h = _hash_short(head, tail, n) if n <= 16 else _hash_bytes(b, n)
         if kind != 1 and n > 64:
             PyMem_Free(b)
         slot = self._find(h, head, tail, kind, data, s, n)
@@ -567,9 +581,9 @@ cdef class LeakScanner:
         """
         cdef Py_ssize_t base = 0, length, end, s, e, d, s2, e2, size
         cdef uint64_t wm, mark, runs, low, inv, one = 1, full = ~(<uint64_t>0)
-        cdef uint64_t span, x, y, nz, lead, trail
+        cdef uint64_t span, x, y, nz, lead, trail, r3, short
         cdef rsr_masks m
-        cdef int k, code
+        cdef int code
         while base < n:
             length = n - base if n - base < 64 else 64
             rsr_masks64(p + base, <int>length, &m)
@@ -587,10 +601,14 @@ cdef class LeakScanner:
                     continue
                 length = 64 - rsr_clz64(inv)
                 wm &= (one << length) - 1
-            runs = wm
-            for k in range(1, 10):
-                runs &= wm >> k  # bit i: characters i to i + 9 are all word characters
-            mark = ((m.digit | m.slash) & wm) | runs
+            r3 = wm & (wm >> 1) & (wm >> 2)  # bit i: characters i to i + 2 are word characters
+            runs = r3 & (r3 >> 3) & (r3 >> 6) & (wm >> 9)  # ... and i to i + 9
+            # Words of one or two characters can never be candidates (digits though they
+            # hold, like the 32 of an escape sequence): drop them here, before the loop
+            # that walks marked words one at a time.
+            short = wm & ~(wm << 1) & ~r3
+            short |= (short << 1) & wm
+            mark = (((m.digit | m.slash) & wm) | runs) & ~short
             lead = m.dot | m.dash
             trail = lead | m.slash
             while mark:

@@ -21,7 +21,8 @@ from rsr_async.rsr.runtime import run_id_for
 from rsr_async.tasks import BUNDLED_SUITE
 from tests.conftest import run_cli_env
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# A fresh machine builds the tasks' images inside these runs: allow for it.
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
 
 TASKS = ["word-frequency", "merge-intervals", "csv-sales-summary", "fix-app-config",
          "markdown-toc", "normalize-line-endings"]

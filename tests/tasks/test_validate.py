@@ -113,11 +113,12 @@ def test_validate_cli_exits_non_zero_on_a_bad_task(fixtures: Path, tmp_path: Pat
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # on a fresh machine it builds all 36 images first (~5 min here)
 def test_bundled_suite_validates(tmp_path: Path) -> None:
     """Every bundled task: image builds, oracle passes, untouched environment fails."""
     report = tmp_path / "rows.json"
     out = _cli("validate", "--concurrency", "4", "--set", "sandbox.build_concurrency=3",
-               "--json", str(report), timeout=540)
+               "--json", str(report), timeout=840)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     rows = json.loads(report.read_text())
     assert len(rows) == len([p for p in BUNDLED_SUITE.iterdir() if p.is_dir()]) >= 30

@@ -353,15 +353,24 @@ cdef struct _Entry:
 
 cdef inline void _head_tail(const uint8_t* b, Py_ssize_t n, uint64_t* head, uint64_t* tail) noexcept nogil:
     cdef uint64_t w = 0
+    cdef uint32_t lo, hi
+    cdef Py_ssize_t i
     if n >= 8:
         memcpy(&w, b, 8)
         head[0] = w
         memcpy(&w, b + n - 8, 8)
         tail[0] = w
     else:
-        memcpy(&w, b, n)
-        head[0] = w
+        # Fixed-size loads (overlapping when n < 8) rather than a copy of variable size.
         tail[0] = 0
+        if n >= 4:
+            memcpy(&lo, b, 4)
+            memcpy(&hi, b + n - 4, 4)
+            head[0] = <uint64_t>lo | (<uint64_t>hi << (8 * (n - 4)))
+        else:
+            for i in range(n):
+                w |= <uint64_t>b[i] << (8 * i)
+            head[0] = w
 
 
 # One finished scanner's tables, kept for the next (every access holds the GIL).

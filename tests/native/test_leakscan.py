@@ -158,3 +158,29 @@ def test_block_edges_agree(pad: int, length: int, fill: str) -> None:
     for kind in ("native", "pure"):
         scanner = load_impl("leakscan", kind).LeakScanner(known)
         assert scanner.scan(f"{word} tail_value_12345") == [], kind
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(0, 70),
+    st.lists(
+        st.one_of(
+            st.sampled_from(["7", "42", "a/", "0/aa", "a/aa", "123", "1.5", "-12", "/ab", "1000"]),
+            st.text(alphabet="0123456789/.-a", min_size=1, max_size=4),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([" ", "\x1b[", "\n", "  "]),
+)
+def test_short_words_at_block_edges_agree(pad: int, words: list[str], sep: str) -> None:
+    # The fast path drops words of one or two characters by mask before it looks at
+    # words one by one; three-character neighbours at any offset must still be known.
+    known = " " * pad + sep.join(words)
+    action = " ".join(words) + " 1234 /a/b"
+    results = []
+    for kind in ("native", "pure"):
+        module = load_impl("leakscan", kind)
+        results.append(module.scan_leaks([action], [known]))
+    assert results[0] == results[1]
+    assert all(leak.value in ("1234", "/a/b") for leak in results[0])

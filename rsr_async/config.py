@@ -11,6 +11,7 @@ Each field's docstring is the string just below it.
 
 from __future__ import annotations
 
+import argparse
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ from .errors import ConfigError
 
 __all__ = [
     "CONFIG_DIR",
+    "add_config_arguments",
     "Config",
     "EngineConfig",
     "HarnessConfig",
@@ -305,6 +307,22 @@ def _convert(data: dict[str, Any], source: str) -> Config:
         # msgspec names the path as ``$.llm.urls[0]``; make it read as a key path.
         message = str(exc).replace("`$.", "`").replace("- at `$`", "")
         raise ConfigError(f"{source}: {message}") from exc
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, *, section: str = "") -> None:
+    """``--config FILE`` and ``--set KEY=VALUE`` (both repeatable), for every subcommand
+    that reads settings; pass them to :func:`load_config`. ``section`` names what the
+    command reads, for the help text."""
+    read = f"; [{section}] is read" if section else ""
+    key = f"{section}.KEY=VALUE" if section else "KEY=VALUE"
+    parser.add_argument(
+        "--config", action="append", default=[], metavar="FILE",
+        help=f"config file laid over the defaults (a path, or a name in configs/: 'paper'){read}; repeatable",
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar=key,
+        help="override one setting, e.g. --set llm.temperature=0.7; repeatable",
+    )
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

@@ -15,17 +15,14 @@ from typing import Any
 
 import msgspec
 
-from ..config import SimConfig, load_config
+from ..config import SimConfig, add_config_arguments, load_config
 
 __all__ = ["configure", "main"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``sim-server``."""
-    parser.add_argument("--config", action="append", default=[], metavar="FILE",
-                        help="config file(s) (name in configs/ or path); [sim] is read")
-    parser.add_argument("--set", action="append", default=[], metavar="sim.KEY=VALUE",
-                        help="override a setting")
+    add_config_arguments(parser, section="sim")
     parser.add_argument("--host", help="listen address (default sim.host)")
     parser.add_argument("--port", type=int, help="listen port; 0 picks a free one")
     parser.add_argument("--tasks", metavar="DIR",

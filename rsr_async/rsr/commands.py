@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from ..config import Config, load_config
+from ..config import Config, add_config_arguments, load_config
 from ..engine import Engine, Job
 from ..engine.signals import SignalState, exit_code, run_async, shutdown_on_signals
 from ..engine.store import Store, resume_view
@@ -30,18 +30,6 @@ from .summary import render_summary, summarise, write_summary
 
 FINISHED = ("succeeded", "failed")
 """Statuses a rerun skips (the engine reruns the rest)."""
-
-
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--config`` and ``--set``, shared by every command that reads the config."""
-    parser.add_argument(
-        "--config", action="append", default=[], metavar="FILE",
-        help="config file laid over the defaults (a path, or a name in configs/: 'paper'); repeatable",
-    )
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="override one setting, e.g. --set llm.temperature=0.7; repeatable",
-    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import sys
 
 import anyio
 
-from ..config import load_config
+from ..config import add_config_arguments, load_config
 from .pool import sweep
 
 __all__ = ["configure", "main"]
@@ -15,10 +15,7 @@ __all__ = ["configure", "main"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``sandbox``."""
-    parser.add_argument("--config", action="append", default=[], metavar="FILE",
-                        help="config file(s) (name in configs/ or path); [sandbox] is read")
-    parser.add_argument("--set", action="append", default=[], metavar="sandbox.KEY=VALUE",
-                        help="override a setting")
+    add_config_arguments(parser, section="sandbox")
     sub = parser.add_subparsers(dest="action", required=True)
     gc = sub.add_parser(
         "gc",

@@ -9,7 +9,7 @@ import uuid
 
 import anyio
 
-from ..config import load_config
+from ..config import add_config_arguments, load_config
 from ..errors import RsrError
 from .images import bootstrap_base_image
 
@@ -18,10 +18,7 @@ __all__ = ["configure", "main"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``images``."""
-    parser.add_argument("--config", action="append", default=[], metavar="FILE",
-                        help="config file(s) (name in configs/ or path); [sandbox] is read")
-    parser.add_argument("--set", action="append", default=[], metavar="sandbox.KEY=VALUE",
-                        help="override a setting")
+    add_config_arguments(parser, section="sandbox")
     sub = parser.add_subparsers(dest="action", required=True)
     boot = sub.add_parser(
         "bootstrap",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 
-from ..config import load_config
+from ..config import add_config_arguments, load_config
 from ..schema import Task, encode
 from .dataset import BUNDLED_SUITE, Dataset, load_dataset
 from .oracle import ValidationRow, validate
@@ -41,10 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     dataset_args(check)
     check.add_argument("--concurrency", type=int, default=2, metavar="N", help="tasks in flight at once")
-    check.add_argument("--config", action="append", default=[], metavar="FILE",
-                       help="config file(s) (name in configs/ or path); [sandbox] is read")
-    check.add_argument("--set", action="append", default=[], metavar="sandbox.KEY=VALUE",
-                       help="override a setting")
+    add_config_arguments(check, section="sandbox")
     check.add_argument("--json", metavar="FILE", help="also write every row (with outputs) as JSON")
     check.add_argument("-v", "--verbose", action="store_true",
                        help="print the oracle's and verifier's output for every failing task")

@@ -38,6 +38,10 @@ __all__ = [
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
+PIPELINE_STAGES = ("discover", "rewrite", "verify", "export")
+"""The stages of ``run --stages``, in pipeline order."""
+
+
 def _positive(key: str, value: float) -> None:
     if value <= 0:
         raise ValueError(f"{key}: expected a number > 0, got {value!r}")
@@ -56,6 +60,10 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Attempts per (task, harness)."""
     concurrency: int = 64
     """Episodes in flight at once."""
+    model_concurrency: int = 256
+    """Model-only jobs (planner, critic, auditor) in flight at once; they hold no sandbox."""
+    stages: tuple[str, ...] = ("discover",)
+    """Pipeline stages ``run`` performs, in order: discover, rewrite, verify, export."""
     seed: int = 0
     """Base seed; each episode derives its own from its job key."""
     prewarm: bool = True
@@ -65,6 +73,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     def __post_init__(self) -> None:
         _positive("run.attempts", self.attempts)
         _positive("run.concurrency", self.concurrency)
+        _positive("run.model_concurrency", self.model_concurrency)
+        unknown = [s for s in self.stages if s not in PIPELINE_STAGES]
+        if unknown or not self.stages:
+            what = f"unknown stage {unknown[0]!r}" if unknown else "no stage"
+            raise ValueError(f"run.stages: {what}; expected some of {', '.join(PIPELINE_STAGES)}")
 
 
 class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -217,6 +230,12 @@ class RsrConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Regenerations of a rejected runbook before it is dropped."""
     rsrt_wall_clock_min: float = 180.0
     """RSRT's hidden-verifier loop ends at this wall clock."""
+    critic_ngram: int = 8
+    """The critic's n-gram size for overlap with the task's solution and tests."""
+    critic_overlap_threshold: float = 0.2
+    """Share of a runbook's n-grams found in solution/ or tests/ above which it is rejected."""
+    validation_share: float = 0.1
+    """Share of tasks the export puts in the validation split (whole tasks, never split)."""
     observation_bytes_for_planner: int = 2000
     """Compressed trajectories keep this many bytes of each observation (head/tail)."""
 

@@ -17,20 +17,32 @@ Origins (``Message.origin``) decide what may be exported for SFT:
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 
 import msgspec
 
 __all__ = [
+    "RESULT_TYPES",
+    "SPEC_TYPES",
+    "AnyResult",
+    "AuditResult",
+    "AuditSpec",
     "Command",
+    "CritiqueResult",
+    "CritiqueSpec",
     "EndReason",
     "EpisodeResult",
     "EpisodeSpec",
     "JobKey",
+    "JobResult",
+    "JobSpec",
+    "JobSpecBase",
     "JobStatus",
     "Leak",
     "Message",
     "Origin",
+    "PlanResult",
+    "PlanSpec",
     "Role",
     "Runbook",
     "Task",
@@ -39,6 +51,7 @@ __all__ = [
     "Verdict",
     "decode",
     "encode",
+    "kind_of",
 ]
 
 Origin = Literal["task", "model", "env", "harness", "private"]
@@ -175,53 +188,105 @@ class JobKey(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         )
 
 
-class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything needed to run one agent episode."""
+class JobResult(msgspec.Struct, kw_only=True, tag_field="kind"):
+    """What any job produced: the envelope every kind of result shares.
 
-    key: JobKey
-    task: Task
-    harness: str = "terminus2"
-    guidance: str | None = None
-    """Private guidance (a runbook) shown to the executor; never exported."""
-    temperature: float | None = None
-    seed: int = 0
-    max_turns: int = 200
-    deadline_s: float | None = None
-    """The agent's wall clock (the harness enforces it; RSRT's 180 min goes here); None
-    means the task's agent timeout. The engine allows build, verifier and queueing time
-    on top."""
-    affinity: str = ""
-    """Routing key: episodes sharing it start on the same model server (prefix reuse)."""
-
-
-class EpisodeResult(msgspec.Struct, kw_only=True):
-    """What one episode produced. ``status`` and ``end_reason`` say how it ended."""
+    A tagged union (``kind``): :class:`EpisodeResult`, :class:`PlanResult`,
+    :class:`CritiqueResult`, :class:`AuditResult`. The engine and the store handle only
+    this envelope; the typed output is the subclass's fields.
+    """
 
     key: JobKey
     status: JobStatus
-    end_reason: EndReason
+    end_reason: EndReason = "completed"
+    error: str | None = None
+    usage: Usage = Usage()
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    model: str = ""
+    """The model that produced it (as the servers name it)."""
+    scripted: bool = False
+    """True when that model was the scripted stand-in (a test double)."""
+
+    @classmethod
+    def ended(
+        cls,
+        *,
+        key: JobKey,
+        status: JobStatus,
+        end_reason: EndReason,
+        error: str | None,
+        started_at: float,
+        finished_at: float,
+        partial: Trajectory | None,
+    ) -> JobResult:
+        """The result of a job the engine ended itself (infra error, deadline, cancel).
+
+        ``partial`` is what the runner last checkpointed (episodes keep it)."""
+        return cls(
+            key=key,
+            status=status,
+            end_reason=end_reason,
+            error=error,
+            started_at=started_at,
+            finished_at=finished_at,
+        )
+
+    def columns(self) -> tuple[float | None, int | None]:
+        """``(reward, turns)`` for the store's queryable columns (episodes have both)."""
+        return None, None
+
+
+class EpisodeResult(JobResult, kw_only=True, tag="episode"):
+    """What one episode produced. ``status`` and ``end_reason`` say how it ended."""
+
     reward: float | None = None
     """The verifier's main reward (``reward`` key, else the mean of all keys)."""
     rewards: dict[str, float] = msgspec.field(default_factory=dict)
     verifier_output: str = ""
     trajectory: Trajectory | None = None
-    usage: Usage = Usage()
-    error: str | None = None
-    started_at: float = 0.0
-    finished_at: float = 0.0
     turns: int = 0
+
+    @classmethod
+    def ended(
+        cls,
+        *,
+        key: JobKey,
+        status: JobStatus,
+        end_reason: EndReason,
+        error: str | None,
+        started_at: float,
+        finished_at: float,
+        partial: Trajectory | None,
+    ) -> EpisodeResult:
+        return cls(
+            key=key,
+            status=status,
+            end_reason=end_reason,
+            error=error,
+            started_at=started_at,
+            finished_at=finished_at,
+            trajectory=partial,
+            usage=partial.usage() if partial is not None else Usage(),
+            turns=sum(1 for m in partial.messages if m.origin == "model") if partial else 0,
+        )
+
+    def columns(self) -> tuple[float | None, int | None]:
+        return self.reward, self.turns
 
 
 class Runbook(msgspec.Struct, frozen=True, kw_only=True):
     """A plan written from a successful trajectory; guidance, never the answer."""
 
     id: str
+    """``r<index>d<draft>``: runbook index among the source's K, and its draft number."""
     task: str
     source_key: str
     index: int
     text: str
     revision: int = 0
     """How many times it was regenerated after a critique."""
+    sections: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Leak(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -241,6 +306,143 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True):
     stage: Literal["deterministic", "judge", "audit"]
     reasons: tuple[str, ...] = ()
     leaks: tuple[Leak, ...] = ()
+
+
+class PlanResult(JobResult, kw_only=True, tag="plan"):
+    """A planner job's output: one runbook draft (``None`` when the reply was unusable)."""
+
+    runbook: Runbook | None = None
+    reply: str = ""
+    """The planner's raw reply (kept for inspection)."""
+
+
+class CritiqueResult(JobResult, kw_only=True, tag="critique"):
+    """A critic job's output: the verdict on one runbook draft."""
+
+    verdict: Verdict | None = None
+    reply: str = ""
+
+
+class AuditResult(JobResult, kw_only=True, tag="audit"):
+    """A leak audit of one execution: ``verdict.accepted`` means the trajectory is kept."""
+
+    verdict: Verdict | None = None
+    flagged: tuple[Leak, ...] = ()
+    """Values the deterministic scanner flagged (the auditor ruled on each)."""
+    reply: str = ""
+
+
+class JobSpecBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Shared by every job spec: the tagged union :data:`JobSpec`.
+
+    ``resource`` names the capacity a job of this kind holds while it runs (sandbox jobs
+    and model-only jobs have separate limits); ``result_type`` is the result it produces.
+    """
+
+    resource: ClassVar[str] = "sandbox"
+    result_type: ClassVar[type[JobResult]] = JobResult
+
+    key: JobKey
+    task: Task
+    affinity: str = ""
+    """Routing key: calls sharing it start on the same model server (prefix reuse)."""
+    temperature: float | None = None
+    seed: int = 0
+    deadline_s: float | None = None
+
+    def budget_s(self, configured: float) -> float:
+        """Wall clock the engine allows one attempt (``configured``: ``engine.job_deadline_s``)."""
+        if self.deadline_s is not None:
+            return self.deadline_s
+        return configured if configured > 0 else 600.0
+
+
+class EpisodeSpec(JobSpecBase, frozen=True, kw_only=True, tag="episode"):
+    """Everything needed to run one agent episode."""
+
+    result_type: ClassVar[type[JobResult]] = EpisodeResult
+
+    harness: str = "terminus2"
+    guidance: str | None = None
+    """Private guidance (a runbook) shown to the executor; never exported."""
+    max_turns: int = 200
+    deadline_s: float | None = None
+    """The agent's wall clock (the harness enforces it; RSRT's 180 min goes here); None
+    means the task's agent timeout. The engine allows build, verifier and queueing time
+    on top."""
+
+    def budget_s(self, configured: float) -> float:
+        if configured > 0:
+            return configured
+        # deadline_s is the agent's own clock (the harness enforces it); the job also
+        # builds, starts, verifies and may queue for each.
+        task = self.task
+        agent = self.deadline_s if self.deadline_s is not None else task.agent_timeout_s
+        return task.build_timeout_s + agent + task.verifier_timeout_s + EPISODE_SLACK_S
+
+
+EPISODE_SLACK_S = 900.0
+"""Queueing allowance on top of an episode's build + agent + verifier budget."""
+
+
+class PlanSpec(JobSpecBase, frozen=True, kw_only=True, tag="plan"):
+    """Write runbook ``index`` (draft ``draft``) from a compressed source trajectory."""
+
+    resource: ClassVar[str] = "model"
+    result_type: ClassVar[type[JobResult]] = PlanResult
+
+    source_key: str
+    source: str
+    """The compressed source trajectory (harness control dropped)."""
+    index: int
+    count: int
+    draft: int = 0
+    rejected: str | None = None
+    """The previous draft, when this is a regeneration after a critique."""
+    critique: str | None = None
+
+
+class CritiqueSpec(JobSpecBase, frozen=True, kw_only=True, tag="critique"):
+    """Judge one runbook draft: deterministic rules, then the model judge."""
+
+    resource: ClassVar[str] = "model"
+    result_type: ClassVar[type[JobResult]] = CritiqueResult
+
+    runbook: Runbook
+
+
+class AuditSpec(JobSpecBase, frozen=True, kw_only=True, tag="audit"):
+    """Leak-audit one verified execution."""
+
+    resource: ClassVar[str] = "model"
+    result_type: ClassVar[type[JobResult]] = AuditResult
+
+    execution_key: str
+    trajectory: Trajectory
+
+
+JobSpec: TypeAlias = EpisodeSpec | PlanSpec | CritiqueSpec | AuditSpec
+"""What a job runs: a tagged union on ``kind``."""
+AnyResult: TypeAlias = EpisodeResult | PlanResult | CritiqueResult | AuditResult
+"""What a job produced: a tagged union on ``kind``."""
+RESULT_TYPES: dict[str, type[JobResult]] = {
+    "episode": EpisodeResult,
+    "plan": PlanResult,
+    "critique": CritiqueResult,
+    "audit": AuditResult,
+}
+SPEC_TYPES: dict[str, type[JobSpecBase]] = {
+    "episode": EpisodeSpec,
+    "plan": PlanSpec,
+    "critique": CritiqueSpec,
+    "audit": AuditSpec,
+}
+
+
+def kind_of(spec: JobSpecBase) -> str:
+    """The tag of a spec (``episode``, ``plan`` ...): the store's ``kind`` column."""
+    tag = type(spec).__struct_config__.tag
+    return str(tag)
 
 
 _encoder = msgspec.json.Encoder()

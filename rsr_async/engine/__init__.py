@@ -5,7 +5,7 @@
     from rsr_async.engine import Engine, Job
 
     async with Engine(config, runner=runner, run_dir="runs/demo") as engine:
-        async for result in engine.run(jobs, stage="discover"):
+        async for result in engine.run(jobs, graph=None):
             print(result.key, result.status)
 
 See :class:`Engine` for the contract, :mod:`.jobs` for what a runner must do,
@@ -14,11 +14,11 @@ See :class:`Engine` for the contract, :mod:`.jobs` for what a runner must do,
 
 from __future__ import annotations
 
-from .jobs import Job, JobContext, JobRunner, ModelJobSpec
+from .jobs import Job, JobContext, JobRunner
 from .limits import Limits, RateLimiter
 from .looplag import LoopLagMonitor
 from .progress import NullProgress, PlainProgress, ProgressSink, RichProgress, Snapshot, StageView
-from .scheduler import Engine, EngineStats, StageStats
+from .scheduler import Engine, EngineStats, JobGraph, StageStats
 from .signals import (
     EXIT_INTERRUPTED,
     EXIT_JOB_ERRORS,
@@ -46,7 +46,7 @@ __all__ = [
     "JobRunner",
     "Limits",
     "LoopLagMonitor",
-    "ModelJobSpec",
+    "JobGraph",
     "NullProgress",
     "PlainProgress",
     "ProgressSink",

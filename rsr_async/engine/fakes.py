@@ -6,7 +6,7 @@
 - :class:`SimulatedEpisode`: an agent episode of N steps against a fake model and a fake
   terminal, each call zero-latency or with a simulated latency. Used to measure the
   engine's own overhead per step and its loop lag at thousands of episodes.
-- :func:`make_jobs`: ``n`` model-only jobs with distinct deterministic keys.
+- :func:`make_jobs`: ``n`` episode jobs with distinct deterministic keys.
 """
 
 from __future__ import annotations
@@ -21,21 +21,21 @@ import anyio
 import anyio.lowlevel
 
 from ..errors import ContainerError
-from ..schema import Command, EpisodeResult, JobKey, Message, Trajectory, Usage
-from .jobs import Job, JobContext, ModelJobSpec
+from ..schema import Command, EpisodeResult, EpisodeSpec, JobKey, Message, Task, Trajectory, Usage
+from .jobs import Job, JobContext
 
 __all__ = ["FakeRunner", "SimulatedEpisode", "make_jobs"]
 
 
 def make_jobs(n: int, *, stage: str = "discover", harness: str = "fake") -> list[Job]:
-    """``n`` jobs with keys ``stage/task-00000/harness/a0/-/e-1`` ..."""
-    return [
-        Job(
-            key=JobKey(stage=stage, task=f"task-{i:05d}", harness=harness),
-            spec=ModelJobSpec(role="fake", task=f"task-{i:05d}"),
-        )
-        for i in range(n)
-    ]
+    """``n`` episode jobs with keys ``stage/task-00000/harness/a0/-/e-1`` ... (for a
+    fake runner: their tasks have no directory)."""
+    jobs = []
+    for i in range(n):
+        key = JobKey(stage=stage, task=f"task-{i:05d}", harness=harness)
+        task = Task(name=key.task, path="", instruction=f"fake task {i}")
+        jobs.append(Job.episode(EpisodeSpec(key=key, task=task, harness=harness)))
+    return jobs
 
 
 class FakeRunner:

@@ -1,8 +1,11 @@
 """What the engine runs: :class:`Job` (a key and a spec), the :class:`JobContext` a runner
 gets for one attempt, and the :data:`JobRunner` signature.
 
-The engine is generic over what a job does. A runner turns a job into an
-:class:`~rsr_async.schema.EpisodeResult`:
+The engine is generic over what a job does. A job's spec is one member of the tagged
+union :data:`~rsr_async.schema.JobSpec` (an episode, a planner call, a critique, an
+audit); the spec's class says which capacity it holds (``resource``: sandbox jobs and
+model-only jobs are limited separately) and which result it produces (``result_type``).
+A runner turns a job into that :class:`~rsr_async.schema.JobResult`:
 
 - it returns a result with status ``succeeded`` or ``failed`` when the *model* succeeded
   or failed (a failed task is data, never retried);
@@ -24,54 +27,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
 import msgspec
 
-from ..schema import EpisodeResult, EpisodeSpec, JobKey, Trajectory, Usage
+from ..schema import EpisodeSpec, JobKey, JobResult, JobSpec, Trajectory, Usage
 
 if TYPE_CHECKING:
     from .limits import Limits
 
-__all__ = ["Job", "JobContext", "JobRunner", "ModelJobSpec"]
-
-
-class ModelJobSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """A model-only job (planning, critique, judging, audit): no sandbox, one or a few calls.
-
-    Untracked by the cyclic GC (``gc=False``), like :class:`Job`: a run holds tens of
-    thousands of them for its whole life, and full collections walk every tracked
-    object. Never put a spec inside its own ``payload``.
-    """
-
-    role: str
-    """What the call is for: ``planner``, ``critic``, ``judge``, ``auditor`` ..."""
-    task: str
-    """Name of the task it is about (also in the job key)."""
-    payload: dict[str, Any] = msgspec.field(default_factory=dict)
-    """Prompt inputs (template variables or ready chat messages): the runner interprets them."""
-    affinity: str = ""
-    """Routing key: calls sharing it go to the same model server (prefix cache reuse)."""
-    temperature: float | None = None
-    seed: int = 0
-    deadline_s: float | None = None
-    """Wall clock per attempt; None uses ``engine.job_deadline_s`` (or 600 s when that is 0)."""
+__all__ = ["Job", "JobContext", "JobRunner"]
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A unit of work with a deterministic key; ``str(key)`` is its primary key in the store."""
 
     key: JobKey
-    spec: EpisodeSpec | ModelJobSpec
+    spec: JobSpec
 
     @classmethod
     def episode(cls, spec: EpisodeSpec) -> Job:
         """A job for one agent episode, keyed by the spec's own key."""
         return cls(key=spec.key, spec=spec)
 
+    @classmethod
+    def of(cls, spec: JobSpec) -> Job:
+        """A job for any spec, keyed by the spec's own key."""
+        return cls(key=spec.key, spec=spec)
 
-JobRunner: TypeAlias = Callable[[Job, "JobContext"], Awaitable[EpisodeResult]]
+
+JobRunner: TypeAlias = Callable[[Job, "JobContext"], Awaitable[JobResult]]
 """Runs one attempt of a job. See the module docstring for how outcomes are reported."""
 
 

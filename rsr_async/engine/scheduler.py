@@ -24,7 +24,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 import anyio.abc
@@ -34,8 +34,8 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from ..config import Config
 from ..errors import HarnessError, InfraError, RsrError, StoreError
-from ..schema import EndReason, EpisodeResult, EpisodeSpec, JobStatus, Trajectory, Usage
-from .jobs import Job, JobContext, JobRunner, ModelJobSpec, _Meter
+from ..schema import EndReason, JobResult, JobStatus, kind_of
+from .jobs import Job, JobContext, JobRunner, _Meter
 from .limits import Limits
 from .looplag import LoopLagMonitor
 from .metrics import serve_metrics
@@ -45,10 +45,7 @@ from .store import FINISHED, Store
 __all__ = ["Engine", "EngineStats", "StageStats"]
 
 _RESULT_STATUSES = frozenset({"succeeded", "failed", "infra_error", "cancelled"})
-_DEFAULT_MODEL_JOB_DEADLINE_S = 600.0
 _CANCEL_STORE_TIMEOUT_S = 30.0
-_EPISODE_SLACK_S = 900.0
-"""Queueing allowance on top of an episode's build + agent + verifier budget."""
 _COMMIT_TIMEOUT_S = 60.0
 
 
@@ -137,13 +134,37 @@ class _StageCounts:
 
 
 class _Run:
-    __slots__ = ("counts", "error", "scope", "stage")
+    """One ``engine.run()``: its scope, its result stream and the keys it owns."""
 
-    def __init__(self, stage: str, counts: _StageCounts) -> None:
+    __slots__ = ("error", "graph", "keys", "rerun", "scope", "send", "stage", "stages", "tg")
+
+    def __init__(
+        self,
+        stage: str,
+        graph: JobGraph | None,
+        rerun: frozenset[str],
+        stages: frozenset[str] | None,
+    ) -> None:
         self.stage = stage
-        self.counts = counts
+        self.stages = stages
+        self.graph = graph
+        self.rerun = rerun
+        self.keys: set[str] = set()
         self.scope = anyio.CancelScope()
         self.error: BaseException | None = None
+        self.send: MemoryObjectSendStream[JobResult] | None = None
+        self.tg: anyio.abc.TaskGroup | None = None
+
+
+class JobGraph(Protocol):
+    """What makes a run a pipeline: the jobs that follow a finished job.
+
+    Called once per job that reaches ``succeeded`` or ``failed`` (in this run, or found
+    finished by a rerun). Must be a pure function of the job and its stored result, so
+    that a rerun recreates the same successors with the same keys.
+    """
+
+    def successors(self, job: Job, result: JobResult) -> Iterable[Job]: ...
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -152,25 +173,20 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-def _turns(trajectory: Trajectory | None) -> int:
-    if trajectory is None:
-        return 0
-    return sum(1 for m in trajectory.messages if m.origin == "model")
-
-
 class Engine:
     """Runs jobs concurrently on the current event loop; embeds in any asyncio program.
 
     ::
 
-        async with Engine(config, run_dir="runs/x") as engine:
-            async for result in engine.run(jobs, stage="discover"):
+        async with Engine(config, runner=runners, run_dir="runs/x") as engine:
+            async for result in engine.run(jobs, graph=graph):
                 ...
 
-    With no ``runner`` the engine runs episodes for real: it opens the model side
-    (``llm.urls``, or embedded simulators with the scripted stand-in when none are set)
-    and a sandbox pool for the run (:func:`rsr_async.rsr.runtime.episode_runtime`), and
-    closes both on exit. Pass a ``runner`` to run anything else (tests use fakes).
+    The engine is generic: ``runner`` is one :data:`JobRunner` per job kind (a mapping
+    such as ``{"episode": ..., "plan": ...}``) or one runner for every kind, and the
+    optional :class:`JobGraph` says which jobs follow a finished one. The real runners
+    (model servers, Docker sandboxes) and the pipeline's graph are opened together with
+    the engine by :func:`rsr_async.open_pipeline`; tests pass fakes.
 
     - No global state, no signal handlers, no ``asyncio.run`` inside: the CLI adds those
       (:func:`rsr_async.engine.signals.shutdown_on_signals`).
@@ -191,7 +207,7 @@ class Engine:
         self,
         config: Config,
         *,
-        runner: JobRunner | None = None,
+        runner: JobRunner | Mapping[str, JobRunner],
         run_dir: Path | str,
         force: bool = False,
         progress: ProgressSink | Literal["auto", "rich", "plain", "none"] | None = None,
@@ -202,7 +218,10 @@ class Engine:
         self.config = config
         self.run_dir = Path(run_dir)
         self.limits = limits if limits is not None else Limits()
-        self._runner = runner
+        # One runner per job kind (``episode``, ``plan`` ...); a lone runner runs every kind.
+        self._runners: dict[str, JobRunner] = (
+            dict(runner) if isinstance(runner, Mapping) else {"*": runner}
+        )
         self._force = force
         self._progress_choice = progress
         self._gauges = dict(gauges or {})
@@ -211,7 +230,12 @@ class Engine:
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._services = anyio.CancelScope()
-        self._slots = anyio.Semaphore(config.run.concurrency)
+        # Capacity per resource: sandbox jobs (episodes) and model-only jobs (planner,
+        # critic, auditor) never take each other's slots.
+        self._slots: dict[str, anyio.Semaphore] = {
+            "sandbox": anyio.Semaphore(config.run.concurrency),
+            "model": anyio.Semaphore(config.run.model_concurrency),
+        }
         self._stages: dict[str, _StageCounts] = {}
         self._runs: set[_Run] = set()
         self._active_keys: set[str] = set()
@@ -255,14 +279,6 @@ class Engine:
             )
             self._store = store
             stack.push_async_callback(self._close_store)
-            if self._runner is None:  # the real thing: model servers + Docker sandboxes
-                from ..rsr.runtime import episode_runtime
-
-                runtime = await stack.enter_async_context(
-                    episode_runtime(self.config, run_dir=self.run_dir)
-                )
-                self._runner = runtime.runner
-                self._gauges.update(runtime.gauges)
             choice = self._progress_choice
             self._progress = (
                 make_progress(cfg.progress if choice is None else choice)
@@ -390,15 +406,29 @@ class Engine:
         self,
         jobs: Iterable[Job],
         *,
-        stage: str = "discover",
+        stage: str | None = None,
+        graph: JobGraph | None = None,
+        only_stages: Iterable[str] | None = None,
         rerun: Iterable[JobStatus] = ("pending", "running", "cancelled", "infra_error"),
-    ) -> AsyncIterator[EpisodeResult]:
+    ) -> AsyncIterator[JobResult]:
         """Run ``jobs``; yield each result as soon as it is stored.
 
         Jobs whose key the store already holds with a status outside ``rerun`` (by
         default: ``succeeded`` and ``failed``) are skipped and not yielded (read them
         with ``engine.store.results(stage=...)``). Duplicate keys raise ``ValueError``.
-        Several ``run()`` calls may be active at once; they share the concurrency limit.
+        Several ``run()`` calls may be active at once; they share the capacity limits.
+
+        With a ``graph``, each job that reaches a final status (``succeeded`` or
+        ``failed``), in this run or an earlier one, is handed to
+        ``graph.successors(job, result)`` and the jobs it returns join this run at once:
+        no barrier between stages, and since successors are a function of stored
+        results, a rerun after a crash recreates exactly the jobs still to do.
+        ``only_stages`` limits what runs to jobs of those key stages; jobs of other stages
+        are only walked: if an earlier run finished them, the graph expands below them,
+        otherwise they are left alone (neither run nor stored). This is how one stage
+        runs alone on an existing run directory.
+
+        ``stage`` only labels the run in the event log (counts are per job key stage).
         """
         if self._tg is None or self._store is None:
             raise RsrError("the engine is not open: use `async with Engine(...) as engine`")
@@ -409,16 +439,38 @@ class Engine:
             dupes = sorted({k for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
             raise ValueError(f"duplicate job keys ({len(dupes)}), e.g. {dupes[:3]}")
         for job in job_list:
-            if isinstance(job.spec, EpisodeSpec) and job.spec.key != job.key:
-                raise ValueError(f"job {job.key}: its EpisodeSpec has another key ({job.spec.key})")
+            self._check_job(job)
         rerun_set = frozenset(rerun)
         if rerun_set & FINISHED and "pending" not in rerun_set:
             raise ValueError("rerun must include 'pending'")
-        return self._results(job_list, keys, stage, rerun_set)
+        label = stage or (job_list[0].key.stage if job_list else "-")
+        stages = None if only_stages is None else frozenset(only_stages)
+        return self._results(job_list, keys, label, rerun_set, graph, stages)
+
+    def _check_job(self, job: Job) -> None:
+        if job.spec.key != job.key:
+            raise ValueError(f"job {job.key}: its spec has another key ({job.spec.key})")
+        kind = kind_of(job.spec)
+        if kind not in self._runners and "*" not in self._runners:
+            raise ValueError(f"job {job.key}: no runner for jobs of kind {kind!r}")
+        if job.spec.resource not in self._slots:
+            raise ValueError(f"job {job.key}: unknown resource {job.spec.resource!r}")
+
+    def _counts(self, stage: str) -> _StageCounts:
+        counts = self._stages.get(stage)
+        if counts is None:
+            counts = self._stages[stage] = _StageCounts(started_at=time.monotonic())
+        return counts
 
     async def _results(
-        self, jobs: list[Job], keys: list[str], stage: str, rerun: frozenset[str]
-    ) -> AsyncIterator[EpisodeResult]:
+        self,
+        jobs: list[Job],
+        keys: list[str],
+        stage: str,
+        rerun: frozenset[str],
+        graph: JobGraph | None,
+        stages: frozenset[str] | None,
+    ) -> AsyncIterator[JobResult]:
         assert self._tg is not None
         busy = self._active_keys.intersection(keys)
         if busy:
@@ -426,14 +478,11 @@ class Engine:
                 f"{len(busy)} job keys are already being run by another run() of this engine, "
                 f"e.g. {sorted(busy)[:3]}"
             )
-        self._active_keys.update(keys)
-        counts = self._stages.get(stage)
-        if counts is None:
-            counts = self._stages[stage] = _StageCounts(started_at=time.monotonic())
-        run = _Run(stage, counts)
-        send, receive = anyio.create_memory_object_stream[EpisodeResult](math.inf)
+        run = _Run(stage, graph, rerun, stages)
+        send, receive = anyio.create_memory_object_stream[JobResult](math.inf)
+        run.send = send
         self._runs.add(run)
-        self._tg.start_soon(self._schedule, run, jobs, keys, rerun, send, name=f"rsr-run:{stage}")
+        self._tg.start_soon(self._schedule, run, jobs, name=f"rsr-run:{stage}")
         try:
             with receive:
                 async for result in receive:
@@ -443,76 +492,93 @@ class Engine:
         finally:
             run.scope.cancel()  # the consumer stopped reading: stop its jobs too
             self._runs.discard(run)
-            self._active_keys.difference_update(keys)
+            self._active_keys.difference_update(run.keys)
 
-    async def _schedule(
-        self,
-        run: _Run,
-        jobs: list[Job],
-        keys: list[str],
-        rerun: frozenset[str],
-        send: MemoryObjectSendStream[EpisodeResult],
-    ) -> None:
-        store = self.store
-        counts = run.counts
-        with send, run.scope:
+    async def _schedule(self, run: _Run, jobs: list[Job]) -> None:
+        assert run.send is not None
+        with run.send, run.scope:
             try:
-                statuses = await anyio.to_thread.run_sync(store.statuses, keys)
-                todo = [
-                    (job, key)
-                    for job, key in zip(jobs, keys, strict=True)
-                    if statuses.get(key, "pending") in rerun
-                ]
-                new = [job for job, key in zip(jobs, keys, strict=True) if key not in statuses]
-                counts.total += len(jobs)
-                counts.skipped += len(jobs) - len(todo)
-                if new:
-                    await self._wait(store.register(new))
-                store.log_event(
-                    {
-                        "event": "run",
-                        "at": time.time(),
-                        "stage": run.stage,
-                        "jobs": len(jobs),
-                        "skipped": len(jobs) - len(todo),
-                    }
-                )
                 async with anyio.create_task_group() as tg:
-                    slots = self._slots
-                    burst = 0
-                    for job, key in todo:
-                        if self._stopping():
-                            break
-                        try:
-                            slots.acquire_nowait()
-                        except anyio.WouldBlock:
-                            burst = 0
-                            await slots.acquire()
-                        else:
-                            # Start free slots in bursts without a loop round-trip each,
-                            # yet yield now and then so a big ramp-up does not stall the loop.
-                            burst += 1
-                            if burst >= 128:
-                                burst = 0
-                                await anyio.lowlevel.checkpoint()
-                        if self._stopping():
-                            slots.release()
-                            break
-                        counts.started += 1
-                        counts.running += 1
-                        tg.start_soon(self._job, run, job, key, send, name=key)
+                    run.tg = tg
+                    await self._admit(run, jobs)
+                    self.store.log_event(
+                        {"event": "run", "at": time.time(), "stage": run.stage, "jobs": len(jobs)}
+                    )
             except Exception as exc:  # delivered to the consumer as itself, not as a group
                 run.error = _unwrap(exc)
                 run.scope.cancel()
 
-    async def _job(
-        self,
-        run: _Run,
-        job: Job,
-        key: str,
-        send: MemoryObjectSendStream[EpisodeResult],
-    ) -> None:
-        counts = run.counts
+    async def _admit(self, run: _Run, jobs: list[Job]) -> None:
+        """Register ``jobs``, start those still to do (as capacity frees), and expand the
+        graph below those an earlier run finished."""
+        if not jobs:
+            return
+        store = self.store
+        keys = [str(job.key) for job in jobs]
+        clash = run.keys.intersection(keys)
+        if clash:  # successors of two parents must not collide
+            raise ValueError(f"the job graph produced a job twice: {sorted(clash)[:3]}")
+        run.keys.update(keys)
+        self._active_keys.update(keys)
+        statuses = await anyio.to_thread.run_sync(store.statuses, keys)
+        todo: list[tuple[Job, str]] = []
+        finished: list[Job] = []
+        new: list[Job] = []
+        for job, key in zip(jobs, keys, strict=True):
+            status = statuses.get(key)
+            if status in FINISHED and run.graph is not None:
+                finished.append(job)  # done in an earlier run: its successors may not be
+            if run.stages is not None and job.key.stage not in run.stages:
+                continue  # walked only
+            counts = self._counts(job.key.stage)
+            counts.total += 1
+            if status is None:
+                new.append(job)
+            if (status or "pending") in run.rerun:
+                todo.append((job, key))
+            else:
+                counts.skipped += 1
+        if new:
+            await self._wait(store.register(new))
+        if finished:
+            assert run.graph is not None
+            graph = run.graph
+            stored = await anyio.to_thread.run_sync(
+                lambda: [(job, store.get(job.key)) for job in finished]
+            )
+            later: list[Job] = []
+            for job, result in stored:
+                if result is not None:
+                    later.extend(graph.successors(job, result))
+            await self._admit(run, later)
+        assert run.tg is not None
+        burst = 0
+        for job, key in todo:
+            if self._stopping():
+                break
+            slots = self._slots[job.spec.resource]
+            try:
+                slots.acquire_nowait()
+            except anyio.WouldBlock:
+                burst = 0
+                await slots.acquire()
+            else:
+                # Start free slots in bursts without a loop round-trip each,
+                # yet yield now and then so a big ramp-up does not stall the loop.
+                burst += 1
+                if burst >= 128:
+                    burst = 0
+                    await anyio.lowlevel.checkpoint()
+            if self._stopping():
+                slots.release()
+                break
+            counts = self._counts(job.key.stage)
+            counts.started += 1
+            counts.running += 1
+            run.tg.start_soon(self._job, run, job, key, slots, name=key)
+
+    async def _job(self, run: _Run, job: Job, key: str, slots: anyio.Semaphore) -> None:
+        counts = self._counts(job.key.stage)
         store = self.store
         slot_held = True
         ctx: JobContext | None = None
@@ -522,7 +588,7 @@ class Engine:
             while True:
                 ctx = JobContext(
                     job,
-                    stage=run.stage,
+                    stage=job.key.stage,
                     attempt=attempt,
                     deadline=anyio.current_time() + self._deadline_s(job),
                     limits=self.limits,
@@ -547,34 +613,40 @@ class Engine:
                 except Exception as exc:  # a runner/harness bug: not the model's fault
                     result = self._ended(job, ctx, started, "infra_error", "error", exc)
                 break
-            self._slots.release()
+            slots.release()
             slot_held = False
         except anyio.get_cancelled_exc_class():
             if slot_held:
-                self._slots.release()
+                slots.release()
                 slot_held = False
             result = self._ended(job, ctx, started, "cancelled", "cancelled", None)
             counts.running -= 1
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_STORE_TIMEOUT_S):
-                await self._finish(run, job, key, result, send, attempt_count=ctx.attempt + 1 if ctx else 0)
+                await self._finish(run, job, key, result, attempt_count=ctx.attempt + 1 if ctx else 0)
             raise
         finally:
             if slot_held:
-                self._slots.release()
+                slots.release()
         counts.running -= 1
-        await self._finish(run, job, key, result, send, attempt_count=ctx.attempt + 1)
+        await self._finish(run, job, key, result, attempt_count=ctx.attempt + 1)
+        if run.graph is not None and result.status in FINISHED and not self._stopping():
+            await self._admit(run, list(run.graph.successors(job, result)))
 
-    async def _attempt(self, job: Job, ctx: JobContext, started: float) -> EpisodeResult:
+    async def _attempt(self, job: Job, ctx: JobContext, started: float) -> JobResult:
+        runner = self._runners.get(kind_of(job.spec)) or self._runners["*"]
         with anyio.CancelScope(deadline=ctx.deadline) as scope:
-            assert self._runner is not None, "the runner is set when the engine opens"
-            result = await self._runner(job, ctx)
+            result = await runner(job, ctx)
         if scope.cancelled_caught:
             # The job outran its whole budget. An episode's agent clock is enforced inside
             # the harness, so what overran is waiting (builds, starts, verifier slots) or a
             # stuck server/sandbox: infrastructure, never scored against the model.
             return self._ended(job, ctx, started, "infra_error", "timeout", None)
-        if not isinstance(result, EpisodeResult):
-            raise HarnessError(f"job {job.key}: the runner returned {type(result).__name__}, not EpisodeResult")
+        expected = job.spec.result_type
+        if not isinstance(result, expected):
+            raise HarnessError(
+                f"job {job.key}: the runner returned {type(result).__name__}, "
+                f"not {expected.__name__}"
+            )
         if result.key != job.key:
             raise HarnessError(f"job {job.key}: the runner returned the result of {result.key}")
         if result.status not in _RESULT_STATUSES:
@@ -593,8 +665,7 @@ class Engine:
         status: JobStatus,
         reason: EndReason,
         exc: BaseException | None,
-    ) -> EpisodeResult:
-        trajectory = ctx.trajectory if ctx is not None else None
+    ) -> JobResult:
         error = None
         if exc is not None:
             error = f"{type(exc).__name__}: {exc}"
@@ -602,16 +673,14 @@ class Engine:
                 error += "\n" + "".join(traceback.format_exception(exc)[-6:])
         elif reason == "timeout":
             error = f"deadline of {self._deadline_s(job):g} s passed"
-        return EpisodeResult(
+        return job.spec.result_type.ended(
             key=job.key,
             status=status,
             end_reason=reason,
-            trajectory=trajectory,
-            usage=trajectory.usage() if trajectory is not None else Usage(),
             error=error,
             started_at=started,
             finished_at=time.time(),
-            turns=_turns(trajectory),
+            partial=ctx.trajectory if ctx is not None else None,
         )
 
     async def _finish(
@@ -619,8 +688,7 @@ class Engine:
         run: _Run,
         job: Job,
         key: str,
-        result: EpisodeResult,
-        send: MemoryObjectSendStream[EpisodeResult],
+        result: JobResult,
         *,
         attempt_count: int,
     ) -> None:
@@ -633,7 +701,7 @@ class Engine:
                 "key": key,
                 "status": result.status,
                 "end_reason": result.end_reason,
-                "reward": result.reward,
+                "reward": result.columns()[0],
                 "seconds": round(result.finished_at - result.started_at, 3),
                 "attempts": attempt_count,
                 "error": (result.error or "")[:300] or None,
@@ -649,7 +717,7 @@ class Engine:
                 f"{store.path}: the store writer did not commit job {key} within "
                 f"{_COMMIT_TIMEOUT_S:g} s (disk stalled?)"
             )
-        counts = run.counts
+        counts = self._counts(job.key.stage)
         status = result.status
         if status == "succeeded":
             counts.succeeded += 1
@@ -660,7 +728,8 @@ class Engine:
         else:
             counts.cancelled += 1
         try:
-            send.send_nowait(result)
+            assert run.send is not None
+            run.send.send_nowait(result)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass  # the consumer left; the result is stored
 
@@ -676,19 +745,7 @@ class Engine:
             raise StoreError(f"storing a job failed: {exc}") from exc
 
     def _deadline_s(self, job: Job) -> float:
-        spec = job.spec
-        if isinstance(spec, ModelJobSpec) and spec.deadline_s is not None:
-            return spec.deadline_s
-        configured = self.config.engine.job_deadline_s
-        if configured > 0:
-            return configured
-        if isinstance(spec, EpisodeSpec):
-            # spec.deadline_s is the agent's own clock (the harness enforces it); the job
-            # also builds, starts, verifies and may queue for each.
-            task = spec.task
-            agent = spec.deadline_s if spec.deadline_s is not None else task.agent_timeout_s
-            return task.build_timeout_s + agent + task.verifier_timeout_s + _EPISODE_SLACK_S
-        return _DEFAULT_MODEL_JOB_DEADLINE_S
+        return job.spec.budget_s(self.config.engine.job_deadline_s)
 
     def _backoff(self, attempt: int) -> float:
         base: float = self.config.engine.retry_backoff_s

@@ -39,13 +39,24 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
 from ..errors import ConfigMismatchError, StoreCorruptError, StoreError
-from ..schema import EpisodeResult, EpisodeSpec, JobKey, JobStatus, decode, encode
-from .jobs import Job, ModelJobSpec
+from ..schema import (
+    RESULT_TYPES,
+    SPEC_TYPES,
+    EpisodeResult,
+    JobKey,
+    JobResult,
+    JobSpecBase,
+    JobStatus,
+    decode,
+    encode,
+    kind_of,
+)
+from .jobs import Job
 
 __all__ = [
     "DB_NAME",
@@ -56,6 +67,8 @@ __all__ = [
     "Store",
     "resume_view",
 ]
+
+R = TypeVar("R", bound=JobResult)
 
 SCHEMA_VERSION: Final = 1
 APPLICATION_ID: Final = 0x52535241  # "RSRA": marks the file as ours for `file`/sqlite tools
@@ -76,6 +89,8 @@ OPERATIONAL_KEYS: Final = frozenset(
         "engine",
         "run.run_dir",
         "run.concurrency",
+        "run.model_concurrency",
+        "run.stages",
         "run.prewarm",
         "sandbox.docker_urls",
         "sandbox.max_concurrent_verifiers",
@@ -101,6 +116,10 @@ OPERATIONAL_KEYS: Final = frozenset(
         "sim",
     }
 )
+STAGE_SCOPED: Final = frozenset({"rsr"})
+"""Config sections whose keys only later stages depend on: left out of the run-wide
+check (and of the default run directory's hash) and checked per stage instead
+(:meth:`Store.check_stage_config`), so changing K for rewrite never invalidates discovery."""
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -188,7 +207,9 @@ def resume_view(config: Mapping[str, Any]) -> dict[str, Any]:
     return {
         key: value
         for key, value in sorted(flat.items())
-        if key not in OPERATIONAL_KEYS and key.split(".", 1)[0] not in OPERATIONAL_KEYS
+        if key not in OPERATIONAL_KEYS
+        and key.split(".", 1)[0] not in OPERATIONAL_KEYS
+        and key.split(".", 1)[0] not in STAGE_SCOPED
     }
 
 
@@ -441,6 +462,52 @@ class Store:
             ],
         )
 
+    def check_stage_config(
+        self, stage: str, settings: Mapping[str, Any], *, force: bool = False
+    ) -> None:
+        """Record the settings ``stage`` depends on; refuse a change to them on resume.
+
+        Blocking (reads, then waits for the write to commit): call it from a thread in
+        async code. A stage that has not run in this directory records its settings; a
+        stage that has must see the same ones, else
+        :class:`~rsr_async.errors.ConfigMismatchError` names the stage and what changed
+        (``force`` accepts the new settings and keeps the old ones in the history).
+        """
+        current = json.loads(json.dumps(dict(settings), sort_keys=True))
+        meta_key = f"stage_config:{stage}"
+        stored_text = self.meta().get(meta_key)
+        if stored_text is not None:
+            stored = json.loads(stored_text)
+            changed = [
+                f"{key}: {stored.get(key, '<unset>')!r} -> {current.get(key, '<unset>')!r}"
+                for key in sorted(set(stored) | set(current))
+                if stored.get(key, "<unset>") != current.get(key, "<unset>")
+            ]
+            if not changed:
+                return
+            if not force:
+                raise ConfigMismatchError(
+                    f"{self.path.parent}: the {stage!r} stage of this run used other settings; "
+                    f"changed: {'; '.join(changed)}. Rerun with the original settings, pass "
+                    "--force to continue with the new ones, or use a new --run-dir"
+                )
+        text = json.dumps(current, sort_keys=True)
+
+        def write(conn: sqlite3.Connection) -> None:
+            if stored_text is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                    (f"{meta_key}:replaced@{time.time():.3f}", stored_text),
+                )
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (meta_key, text))
+
+        self.call(write).result(timeout=60)
+
+    def stage_config(self, stage: str) -> dict[str, Any] | None:
+        """The settings ``stage`` recorded (None when it has not run here)."""
+        text = self.meta().get(f"stage_config:{stage}")
+        return None if text is None else dict(json.loads(text))
+
     # ------------------------------------------------------------------ writing
 
     def _submit(self, kind: str, payload: Any, wait: bool) -> concurrent.futures.Future[Any] | None:
@@ -472,7 +539,7 @@ class Store:
         return self._submit("running", (key, time.time()), wait)
 
     def put_result(
-        self, result: EpisodeResult, *, job: Job | None = None, wait: bool = True
+        self, result: JobResult, *, job: Job | None = None, wait: bool = True
     ) -> concurrent.futures.Future[Any] | None:
         """Store a job's final (or cancelled) result; the future resolves once committed."""
         return self._submit("result", (result, job, time.time()), wait)
@@ -602,7 +669,7 @@ class Store:
         for job, now in items:
             key = job.key
             spec_blob, spec_codec = _pack(encode(job.spec))
-            kind = "model" if isinstance(job.spec, ModelJobSpec) else "episode"
+            kind = kind_of(job.spec)
             rows.append(
                 (
                     str(key),
@@ -627,12 +694,13 @@ class Store:
 
     @staticmethod
     def _write_result(
-        writer: sqlite3.Connection, result: EpisodeResult, job: Job | None, now: float
+        writer: sqlite3.Connection, result: JobResult, job: Job | None, now: float
     ) -> None:
         key = result.key
         blob, codec = _pack(encode(result))
         spec_blob, spec_codec = _pack(encode(job.spec)) if job is not None else (None, 0)
-        kind = "model" if job is not None and isinstance(job.spec, ModelJobSpec) else "episode"
+        kind = str(type(result).__struct_config__.tag)
+        reward, turns = result.columns()
         writer.execute(
             "INSERT INTO jobs (key, stage, task, harness, attempt, runbook, execution, kind,"
             " status, tries, reward, end_reason, turns, error, spec, spec_codec, result, codec,"
@@ -652,9 +720,9 @@ class Store:
                 key.execution,
                 kind,
                 result.status,
-                result.reward,
+                reward,
                 result.end_reason,
-                result.turns,
+                turns,
                 result.error,
                 spec_blob,
                 spec_codec,
@@ -735,23 +803,27 @@ class Store:
         found = self._read(f"SELECT {_ROW_COLUMNS} FROM jobs WHERE key = ?", (str(key),))
         return msgspec.convert(dict(zip(fields, found[0], strict=True)), JobRow) if found else None
 
-    def get(self, key: str | JobKey) -> EpisodeResult | None:
-        """The stored result of one job (None when it has none yet)."""
-        found = self._read("SELECT result, codec FROM jobs WHERE key = ?", (str(key),))
+    def get(self, key: str | JobKey) -> JobResult | None:
+        """The stored result of one job, typed by its kind (None when it has none yet)."""
+        found = self._read("SELECT result, codec, kind FROM jobs WHERE key = ?", (str(key),))
         if not found or found[0][0] is None:
             return None
-        return self._decode_result(str(key), found[0][0], found[0][1])
+        return self._decode_result(str(key), found[0][0], found[0][1], found[0][2])
 
-    def spec(self, key: str | JobKey) -> EpisodeSpec | ModelJobSpec | None:
-        """The stored spec of one job."""
+    def spec(self, key: str | JobKey) -> JobSpecBase | None:
+        """The stored spec of one job, typed by its kind."""
         found = self._read("SELECT spec, spec_codec, kind FROM jobs WHERE key = ?", (str(key),))
         if not found or found[0][0] is None:
             return None
         blob, codec, kind = found[0]
-        data = _unpack(blob, codec, f"{self.path}: job {key}")
-        if kind == "model":
-            return decode(data, ModelJobSpec)
-        return decode(data, EpisodeSpec)
+        where = f"{self.path}: job {key}"
+        spec_type = SPEC_TYPES.get(kind)
+        if spec_type is None:
+            raise StoreCorruptError(f"{where}: unknown job kind {kind!r}")
+        try:
+            return decode(_unpack(blob, codec, where), spec_type)
+        except msgspec.DecodeError as exc:
+            raise StoreCorruptError(f"{where}: stored spec cannot be decoded: {exc}") from exc
 
     def results(
         self,
@@ -762,26 +834,51 @@ class Store:
         harness: str | None = None,
         chunk: int = 256,
     ) -> Iterator[EpisodeResult]:
-        """Stored results, ordered by key, read in chunks (memory stays bounded)."""
+        """Stored episode results, ordered by key, read in chunks (memory stays bounded)."""
+        return self.outputs(
+            EpisodeResult, stage=stage, status=status, task=task, harness=harness, chunk=chunk
+        )
+
+    def outputs(
+        self,
+        kind: type[R],
+        *,
+        stage: str | None = None,
+        status: str | Iterable[str] | None = None,
+        task: str | None = None,
+        harness: str | None = None,
+        chunk: int = 256,
+    ) -> Iterator[R]:
+        """Stored results of one kind (``PlanResult``, ``AuditResult`` ...), ordered by key."""
         where, params = _where(stage=stage, status=status, task=task, harness=harness)
         where = f"{where} AND" if where else " WHERE"
+        tag = str(kind.__struct_config__.tag)
         last = ""
         while True:
             fetched = self._read(
-                f"SELECT key, result, codec FROM jobs{where} key > ? AND result IS NOT NULL"
-                f" ORDER BY key LIMIT {int(chunk)}",
-                [*params, last],
+                f"SELECT key, result, codec FROM jobs{where} kind = ? AND key > ?"
+                f" AND result IS NOT NULL ORDER BY key LIMIT {int(chunk)}",
+                [*params, tag, last],
             )
             for key, blob, codec in fetched:
-                yield self._decode_result(key, blob, codec)
+                where_ = f"{self.path}: job {key}"
+                try:
+                    yield decode(_unpack(blob, codec, where_), kind)
+                except msgspec.DecodeError as exc:
+                    raise StoreCorruptError(
+                        f"{where_}: stored result cannot be decoded: {exc}"
+                    ) from exc
             if len(fetched) < chunk:
                 return
             last = fetched[-1][0]
 
-    def _decode_result(self, key: str, blob: bytes, codec: int) -> EpisodeResult:
+    def _decode_result(self, key: str, blob: bytes, codec: int, kind: str) -> JobResult:
         where = f"{self.path}: job {key}"
+        result_type = RESULT_TYPES.get(kind)
+        if result_type is None:
+            raise StoreCorruptError(f"{where}: unknown job kind {kind!r}")
         try:
-            return decode(_unpack(blob, codec, where), EpisodeResult)
+            return decode(_unpack(blob, codec, where), result_type)
         except msgspec.DecodeError as exc:
             raise StoreCorruptError(f"{where}: stored result cannot be decoded: {exc}") from exc
 

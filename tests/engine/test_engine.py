@@ -21,7 +21,6 @@ from rsr_async.engine import (
     Job,
     JobContext,
     Limits,
-    ModelJobSpec,
     PlainProgress,
     RateLimiter,
     Store,
@@ -39,7 +38,11 @@ def config(concurrency: int = 64, **engine: object) -> Config:
 
 
 async def collect(engine: Engine, jobs: list[Job], stage: str = "discover") -> list[EpisodeResult]:
-    return [result async for result in engine.run(jobs, stage=stage)]
+    results = []
+    async for result in engine.run(jobs, stage=stage):
+        assert isinstance(result, EpisodeResult)
+        results.append(result)
+    return results
 
 
 @pytest.mark.slow
@@ -111,9 +114,9 @@ async def test_non_retryable_infra_error_and_exhausted_retries(tmp_path: Path) -
 
 async def test_deadline_ends_a_hung_job_as_infra_timeout_with_its_partial_trajectory(tmp_path: Path) -> None:
     jobs = make_jobs(3)
-    hung = Job(key=jobs[0].key, spec=ModelJobSpec(role="fake", task="t", deadline_s=0.2))
+    hung = jobs[0]
     runner = FakeRunner(hang={str(hung.key)})
-    async with Engine(config(), runner=runner, run_dir=tmp_path) as engine:
+    async with Engine(config(job_deadline_s=1.0), runner=runner, run_dir=tmp_path) as engine:
         results = {str(r.key): r for r in await collect(engine, [hung, *jobs[1:]])}
     timed_out = results[str(hung.key)]
     assert (timed_out.status, timed_out.end_reason) == ("infra_error", "timeout")

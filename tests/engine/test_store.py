@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rsr_async.engine import Job, ModelJobSpec, Store
+from rsr_async.engine import Job, Store
 from rsr_async.engine.fakes import make_jobs
 from rsr_async.errors import ConfigMismatchError, StoreCorruptError, StoreError
 from rsr_async.schema import EpisodeResult, EpisodeSpec, JobKey, Message, Task, Trajectory, Usage
@@ -43,7 +43,7 @@ def test_round_trip_compression_and_queries(tmp_path: Path) -> None:
         assert store.get(jobs[0].key) == big
         assert store.get(jobs[2].key) is None
         assert store.spec(episode.key) == episode.spec
-        assert store.spec(jobs[3].key) == ModelJobSpec(role="fake", task="task-00003")
+        assert store.spec(jobs[3].key) == jobs[3].spec
         assert store.counts() == {"pending": 5, "running": 0, "succeeded": 1, "failed": 1,
                                   "infra_error": 0, "cancelled": 0}
         assert [r.key for r in store.results(status="failed")] == [jobs[1].key]

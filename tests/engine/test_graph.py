@@ -205,7 +205,9 @@ async def test_an_infra_error_of_a_model_job_is_stored_as_its_own_kind(tmp_path:
 
     class Down:
         async def __call__(self, job: Job, ctx: JobContext) -> PlanResult:
-            raise LLMConnectionError("server gone", retryable=False)
+            error = LLMConnectionError("server gone")
+            error.retryable = False
+            raise error
 
     plan = plan_job(JobKey(stage="discover", task="t"), 0)
     async with Engine(config(), runner={"plan": Down()}, run_dir=tmp_path) as engine:

@@ -26,15 +26,15 @@ class Subcommand(NamedTuple):
 
 
 COMMANDS: dict[str, Subcommand] = {
-    "run": Subcommand("run the pipeline's discover stage on a dataset", "rsr_async.rsr.commands", 7),
+    "run": Subcommand("run the pipeline (discover, rewrite, verify, export) on a dataset", "rsr_async.rsr.commands", 7),
     "tasks": Subcommand("list and validate task datasets", "rsr_async.tasks.commands", 6),
     "images": Subcommand("bootstrap the offline base image, build task images", "rsr_async.sandbox.image_commands", 3),
     "sandbox": Subcommand("manage sandboxes (gc of leftover containers)", "rsr_async.sandbox.commands", 3),
     "sim-server": Subcommand("run the SGLang-compatible simulator server", "rsr_async.llm.commands", 4),
     "serve": Subcommand("start real SGLang servers (GPU hosts)", "rsr_async.llm.serve", 4),
-    "rewrite": Subcommand("plan, critique and execute runbooks from successes", None, 9),
-    "verify": Subcommand("verify and leak-audit rewritten trajectories", None, 9),
-    "export": Subcommand("export SFT data, the direct-SFT baseline and ATIF", None, 10),
+    "rewrite": Subcommand("plan, critique and execute runbooks from a run's successes", "rsr_async.rsr.stage_commands", 13),
+    "verify": Subcommand("leak-audit a run's verified rewrites", "rsr_async.rsr.stage_commands", 13),
+    "export": Subcommand("export a run's SFT data, direct-SFT baseline and ATIF", "rsr_async.rsr.stage_commands", 13),
     "analyze": Subcommand("coverage, style, similarity and pass@k reports", None, 11),
     "bench": Subcommand("run a benchmark from bench/ and print JSON", "rsr_async.benchmarks", 2),
 }
@@ -79,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     module = importlib.import_module(command.module)
     parser = argparse.ArgumentParser(prog=f"python -m rsr_async {name}", description=command.help)
+    parser.set_defaults(command=name)  # one module may serve several commands
     module.configure(parser)
     args = parser.parse_args(rest)
     try:

@@ -12,6 +12,7 @@ Each field's docstring is the string just below it.
 from __future__ import annotations
 
 import argparse
+import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -373,12 +374,16 @@ def load_config(
     files: Iterable[str | Path] = (),
     overrides: Iterable[str] = (),
     values: Mapping[str, Any] | None = None,
+    *,
+    base: Mapping[str, Any] | None = None,
 ) -> Config:
-    """Defaults, then each file in order, then ``--set`` overrides, then ``values``.
+    """Defaults, then ``base``, then each file in order, then ``--set`` overrides, then
+    ``values``.
 
-    ``values`` is a nested mapping from CLI flags (e.g. ``{"run": {"concurrency": 512}}``).
+    ``values`` is a nested mapping from CLI flags (e.g. ``{"run": {"concurrency": 512}}``);
+    ``base`` is a whole stored config (a run directory's, for the stage commands).
     """
-    data: dict[str, Any] = {}
+    data: dict[str, Any] = json.loads(json.dumps(dict(base))) if base else {}
     for name in files:
         data = _merge(data, read_config_file(resolve_config_path(name)))
     for text in overrides:

@@ -393,7 +393,9 @@ class PlanSpec(JobSpecBase, frozen=True, kw_only=True, tag="plan"):
 
     source_key: str
     source: str
-    """The compressed source trajectory (harness control dropped)."""
+    """The compressed source trajectory (harness control dropped): the planner's input."""
+    source_trajectory: Trajectory
+    """The source itself: the critic's rules check runbooks against its final state."""
     index: int
     count: int
     draft: int = 0
@@ -409,6 +411,8 @@ class CritiqueSpec(JobSpecBase, frozen=True, kw_only=True, tag="critique"):
     result_type: ClassVar[type[JobResult]] = CritiqueResult
 
     runbook: Runbook
+    plan: PlanSpec
+    """The plan job that wrote it (its source, for the rules and for a regeneration)."""
 
 
 class AuditSpec(JobSpecBase, frozen=True, kw_only=True, tag="audit"):

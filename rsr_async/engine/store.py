@@ -39,7 +39,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import msgspec
 
@@ -50,7 +50,7 @@ from ..schema import (
     EpisodeResult,
     JobKey,
     JobResult,
-    JobSpecBase,
+    JobSpec,
     JobStatus,
     decode,
     encode,
@@ -810,7 +810,7 @@ class Store:
             return None
         return self._decode_result(str(key), found[0][0], found[0][1], found[0][2])
 
-    def spec(self, key: str | JobKey) -> JobSpecBase | None:
+    def spec(self, key: str | JobKey) -> JobSpec | None:
         """The stored spec of one job, typed by its kind."""
         found = self._read("SELECT spec, spec_codec, kind FROM jobs WHERE key = ?", (str(key),))
         if not found or found[0][0] is None:
@@ -821,9 +821,17 @@ class Store:
         if spec_type is None:
             raise StoreCorruptError(f"{where}: unknown job kind {kind!r}")
         try:
-            return decode(_unpack(blob, codec, where), spec_type)
+            return cast("JobSpec", decode(_unpack(blob, codec, where), spec_type))
         except msgspec.DecodeError as exc:
             raise StoreCorruptError(f"{where}: stored spec cannot be decoded: {exc}") from exc
+
+    def jobs(self, *, stage: str | None = None, status: str | Iterable[str] | None = None) -> list[Job]:
+        """The stored jobs (key and typed spec), ordered by key."""
+        return [
+            Job(key=row.job_key, spec=spec)
+            for row in self.rows(stage=stage, status=status)
+            if (spec := self.spec(row.key)) is not None
+        ]
 
     def results(
         self,

@@ -1,7 +1,10 @@
-"""``python -m rsr_async run``: the discover stage on a dataset (Terminus 2 for now).
+"""``python -m rsr_async run``: the pipeline's stages on a dataset, in one resumable command.
 
-With no ``--llm-url`` it starts the embedded SGLang simulator (subprocesses, so the
-model side has its own core) with the scripted stand-in model, and says so.
+``--stages discover,rewrite,verify,export`` (default: ``run.stages``, discover only) runs
+the RSR graph (:mod:`.pipeline`) on one engine, then writes the export. With no
+``--llm-url`` it starts the embedded SGLang simulator (subprocesses, so the model side
+has its own core) with the scripted stand-in model, and says so; the later stages then
+need ``--allow-scripted``.
 """
 
 from __future__ import annotations
@@ -13,19 +16,22 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
+import msgspec
 
 from ..config import Config, add_config_arguments, load_config
-from ..engine import Engine, Job
-from ..engine.signals import SignalState, exit_code, run_async, shutdown_on_signals
-from ..engine.store import Store, resume_view
-from ..errors import ConfigError, ConfigMismatchError, TaskError
+from ..engine import Job
+from ..engine.signals import EXIT_OK, SignalState, exit_code, run_async, shutdown_on_signals
+from ..engine.store import resume_view
+from ..errors import ConfigError, TaskError
 from ..schema import Task
 from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs
-from .runtime import EpisodeRuntime, episode_runtime, prewarm_wave
+from .exporting import export_run
+from .figures import pipeline_figures, render_figures
+from .runtime import EpisodeRuntime, open_pipeline, prewarm_wave
 from .summary import render_summary, summarise, write_summary
 
 FINISHED = ("succeeded", "failed")
@@ -50,6 +56,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--progress", choices=["auto", "rich", "plain", "none"],
                         help="live display (engine.progress)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    add_stage_arguments(parser)
+    parser.add_argument("--stages", metavar="LIST",
+                        help="comma-separated stages: discover,rewrite,verify,export (run.stages)")
+
+
+def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags the later stages share (``run`` and ``rewrite|verify|export``)."""
+    parser.add_argument("--allow-scripted", action="store_true",
+                        help="rewrite/export the scripted stand-in's trajectories (a test double)")
+    parser.add_argument("--out", metavar="DIR", help="export directory (default: RUN_DIR/export)")
 
 
 def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -70,6 +86,8 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
         values["engine"]["progress"] = args.progress
     if args.metrics_port is not None:
         values["engine"]["metrics_port"] = args.metrics_port
+    if args.stages:
+        values["run"]["stages"] = [s.strip() for s in args.stages.split(",") if s.strip()]
     return {k: v for k, v in values.items() if v}
 
 
@@ -98,25 +116,6 @@ async def _prewarm_until_interrupted(
         tg.cancel_scope.cancel()
 
 
-async def _check_model_identity(
-    store: Store, runtime: EpisodeRuntime, run_dir: Path, force: bool
-) -> None:
-    """Refuse to mix episodes of two different models in one run (unless forced)."""
-    identity = runtime.model.model_name + (" [scripted stand-in]" if runtime.scripted else "")
-    stored = store.meta().get("model")
-    if stored is not None and stored != identity and not force:
-        raise ConfigMismatchError(
-            f"{run_dir}: this run's episodes came from {stored!r}, but the model now is "
-            f"{identity!r}; use a new --run-dir (or --force to mix them)"
-        )
-    future = store.call(
-        lambda con: con.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('model', ?)", (identity,)
-        )
-    )
-    await anyio.to_thread.run_sync(future.result)
-
-
 def main(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set, _flag_values(args))
     if args.sim_servers < 1:
@@ -132,7 +131,20 @@ def main(args: argparse.Namespace) -> int:
     run_dir = run_dir.resolve()
     print(f"run directory: {run_dir}", file=sys.stderr)
     tasks_dir = Path(sources[0]) if len(sources) == 1 else None
-    return run_async(_run, config, dataset.tasks, run_dir, tasks_dir, args.force, args.sim_servers)
+    options = StageOptions(
+        force=args.force,
+        sim_servers=args.sim_servers,
+        allow_scripted=args.allow_scripted,
+        out=Path(args.out) if args.out else None,
+    )
+    return run_async(_run, config, dataset.tasks, run_dir, tasks_dir, options)
+
+
+class StageOptions(NamedTuple):
+    force: bool
+    sim_servers: int
+    allow_scripted: bool
+    out: Path | None
 
 
 async def _run(
@@ -140,31 +152,36 @@ async def _run(
     tasks: list[Task],
     run_dir: Path,
     tasks_dir: Path | None,
-    force: bool,
-    sim_servers: int,
+    options: StageOptions,
 ) -> int:
     started = time.monotonic()
+    stages = config.run.stages
     notice = partial(print, file=sys.stderr)
-    async with (
-        episode_runtime(
-            config, run_dir=run_dir, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=notice
-        ) as runtime,
-        Engine(
-            config, runner=runtime.runner, run_dir=run_dir, force=force, gauges=runtime.gauges
-        ) as engine,
-    ):
-        await _check_model_identity(engine.store, runtime, run_dir, force)
+    async with open_pipeline(
+        config,
+        run_dir=run_dir,
+        tasks_dir=tasks_dir,
+        sim_servers=options.sim_servers,
+        force=options.force,
+        on_notice=notice,
+    ) as pipeline:
+        engine, runtime = pipeline.engine, pipeline.runtime
         jobs = list(discover_jobs(tasks, config))
         done_here = 0
         async with shutdown_on_signals(engine) as signals:
-            if config.run.prewarm:
+            if config.run.prewarm and "discover" in stages:
                 statuses = engine.store.statuses(str(job.key) for job in jobs)
                 todo = [j for j in jobs if statuses.get(str(j.key)) not in FINISHED]
                 wave = todo[: config.run.concurrency]
                 print(f"starting {len(wave)} sandboxes for the first wave ...", file=sys.stderr)
                 await _prewarm_until_interrupted(runtime, wave, signals)
-            async for _ in engine.run(jobs, stage=STAGE):
-                done_here += 1
+            async for result in pipeline.run(tasks, stages=stages, allow_scripted=options.allow_scripted):
+                done_here += result.key.stage == STAGE
+        figures = (
+            await anyio.to_thread.run_sync(pipeline_figures, engine.store)
+            if set(stages) - {"discover"}
+            else None
+        )
         summary = summarise(
             engine.store,
             stage=STAGE,
@@ -176,10 +193,32 @@ async def _run(
             episodes_this_run=done_here,
             peak_sandboxes=runtime.pool.statistics().peak_live,
         )
+        if figures is not None:
+            summary = msgspec.structs.replace(summary, pipeline=figures)
         path = write_summary(summary, run_dir)
         code = exit_code(engine.statistics(), signals)
+        if "export" in stages and code == EXIT_OK:
+            manifest = await anyio.to_thread.run_sync(
+                partial(
+                    export_run,
+                    engine.store,
+                    options.out or run_dir / "export",
+                    validation_share=config.rsr.validation_share,
+                    seed=config.run.seed,
+                    allow_scripted=options.allow_scripted,
+                )
+            )
+            print(f"export: {options.out or run_dir / 'export'} ({_export_line(manifest)})", file=sys.stderr)
     from rich.console import Console
 
     Console(stderr=True).print(render_summary(summary))
+    if figures is not None:
+        print(render_figures(figures), file=sys.stderr)
     print(f"summary: {path}", file=sys.stderr)
     return code
+
+
+def _export_line(manifest: dict[str, Any]) -> str:
+    counts = manifest.get("counts", {})
+    sets = counts.get("per_set", counts) if isinstance(counts, dict) else {}
+    return ", ".join(f"{k}: {v}" for k, v in sorted(sets.items()) if isinstance(v, int)) or "written"

@@ -1,10 +1,18 @@
-"""The resources an episode needs, opened and closed together.
+"""Where the pipeline is wired: the runtime and the engine, opened together.
 
-:func:`episode_runtime` opens the model side (the configured SGLang servers or router,
-or embedded simulator subprocesses with the scripted stand-in model when none is
-configured) and the sandbox side (a :class:`~rsr_async.sandbox.SandboxPool` labelled
-with the run's id), and yields an :class:`EpisodeRuntime` whose ``runner`` is what the
-engine calls per job. Both the ``run`` command and an embedding program use it.
+:func:`open_pipeline` is the one function the CLI and embedding programs use. It opens
+the model side (the configured SGLang servers or router, or embedded simulator
+subprocesses with the scripted stand-in model when none is configured), the sandbox
+side (a :class:`~rsr_async.sandbox.SandboxPool` labelled with the run's id), one runner
+per job kind, and the :class:`~rsr_async.engine.Engine` on the run directory, and
+yields a :class:`Pipeline` that runs any stages of the RSR graph::
+
+    async with open_pipeline(config, run_dir="runs/x") as pipeline:
+        async for result in pipeline.run(tasks, stages=("discover", "rewrite", "verify")):
+            ...
+
+:func:`episode_runtime` opens the runtime alone (benchmarks and tests use it). The
+engine package never imports this module; the sandbox package never imports tasks.
 """
 
 from __future__ import annotations
@@ -12,28 +20,43 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from pathlib import Path
+from typing import Literal
 
 import anyio
 import msgspec
 
 from ..config import Config
-from ..engine import Job
-from ..errors import InfraError
+from ..engine import Engine, Job, JobRunner, ProgressSink, Store
+from ..errors import ConfigError, ConfigMismatchError, InfraError
 from ..llm import ModelRouter, spawn_sim_servers
 from ..sandbox import SandboxPool, bootstrap_base_image
-from ..schema import EpisodeSpec, Task
+from ..schema import EpisodeSpec, JobResult, Task
+from .discover import discover_jobs
 from .episode import EpisodeRunner
+from .pipeline import RewriteGraph, job_stages, model_runners, stage_settings
 
-__all__ = ["EpisodeRuntime", "episode_runtime", "prewarm_wave", "run_id_for"]
+__all__ = [
+    "EpisodeRuntime",
+    "Pipeline",
+    "check_model_identity",
+    "episode_runtime",
+    "model_identity",
+    "open_pipeline",
+    "prewarm_wave",
+    "run_id_for",
+]
 
 
 class EpisodeRuntime(msgspec.Struct, frozen=True, kw_only=True):
     """What :func:`episode_runtime` yields."""
 
     runner: EpisodeRunner
+    runners: dict[str, JobRunner]
+    """One runner per job kind: ``episode``, ``plan``, ``critique``, ``audit``."""
     model: ModelRouter
     pool: SandboxPool
     scripted: bool
@@ -77,17 +100,20 @@ async def episode_runtime(
         pool = await stack.enter_async_context(
             SandboxPool(config.sandbox, run_id=run_id_for(run_dir), run_dir=run_dir)
         )
+        # A separately started simulator names its model; it is still a test double.
+        scripted = scripted or "scripted" in model.model_name
+        episodes = EpisodeRunner(
+            pool=pool,
+            model=model,
+            harness=config.harness,
+            max_concurrent_verifiers=config.sandbox.max_concurrent_verifiers,
+        )
         yield EpisodeRuntime(
-            runner=EpisodeRunner(
-                pool=pool,
-                model=model,
-                harness=config.harness,
-                max_concurrent_verifiers=config.sandbox.max_concurrent_verifiers,
-            ),
+            runner=episodes,
+            runners={"episode": episodes, **model_runners(model, config, scripted=scripted)},
             model=model,
             pool=pool,
-            # A separately started simulator names its model; it is still a test double.
-            scripted=scripted or "scripted" in model.model_name,
+            scripted=scripted,
             gauges={
                 "sandboxes": lambda: float(pool.statistics().live),
                 "cached_share": lambda: model.statistics().usage.cached_share,
@@ -125,3 +151,107 @@ SCRIPTED_NOTICE = (
     "stand-in model. It is a TEST DOUBLE that types the tasks' reference solutions with "
     "a seeded probability; its pass rates are not a model's results."
 )
+
+
+class Pipeline:
+    """An open engine with its runtime: runs stages of the RSR graph on one run directory.
+
+    Yielded by :func:`open_pipeline`; ``engine`` and ``runtime`` stay reachable for
+    queries (``pipeline.engine.store``) and live numbers.
+    """
+
+    def __init__(self, config: Config, engine: Engine, runtime: EpisodeRuntime, *, force: bool) -> None:
+        self.config = config
+        self.engine = engine
+        self.runtime = runtime
+        self._force = force
+
+    async def run(
+        self,
+        tasks: Sequence[Task],
+        *,
+        stages: Iterable[str] = ("discover",),
+        allow_scripted: bool = False,
+    ) -> AsyncIterator[JobResult]:
+        """Run ``stages`` (of ``discover``, ``rewrite``, ``verify``) over ``tasks``; yield
+        each result once stored. Stages not named are walked, never run: ``rewrite`` alone
+        plans from the successes an earlier ``discover`` stored.
+
+        Rewriting the scripted stand-in's trajectories (a test double) is refused unless
+        ``allow_scripted``."""
+        wanted = job_stages(stages)
+        if wanted - {"discover"} and self.runtime.scripted and not allow_scripted:
+            raise ConfigError(
+                "the rewrite and verify stages refuse the scripted stand-in's trajectories "
+                "(a test double, not a model); pass --allow-scripted to run them anyway"
+            )
+        settings = stage_settings(self.config)
+        store = self.engine.store
+        for stage in sorted(wanted & settings.keys()):
+            await anyio.to_thread.run_sync(
+                partial(store.check_stage_config, stage, settings[stage], force=self._force)
+            )
+        graph = RewriteGraph(self.config) if wanted - {"discover"} else None
+        jobs = discover_jobs(tasks, self.config)
+        async for result in self.engine.run(jobs, graph=graph, only_stages=wanted, stage="pipeline"):
+            yield result
+
+
+@asynccontextmanager
+async def open_pipeline(
+    config: Config,
+    *,
+    run_dir: Path | str,
+    tasks_dir: Path | None = None,
+    sim_servers: int = 1,
+    force: bool = False,
+    progress: ProgressSink | Literal["auto", "rich", "plain", "none"] | None = None,
+    on_notice: Callable[[str], None] | None = None,
+) -> AsyncIterator[Pipeline]:
+    """Open the runtime (model side, sandbox pool, one runner per job kind) and the
+    engine on ``run_dir`` together; close both on exit.
+
+    Refuses (:class:`~rsr_async.errors.ConfigMismatchError`) to mix two models'
+    results in one run directory unless ``force``.
+    """
+    run_dir = Path(run_dir)
+    async with (
+        episode_runtime(
+            config, run_dir=run_dir, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=on_notice
+        ) as runtime,
+        Engine(
+            config,
+            runner=runtime.runners,
+            run_dir=run_dir,
+            force=force,
+            gauges=runtime.gauges,
+            progress=progress,
+        ) as engine,
+    ):
+        await check_model_identity(engine.store, runtime, run_dir, force=force)
+        yield Pipeline(config, engine, runtime, force=force)
+
+
+def model_identity(runtime: EpisodeRuntime) -> str:
+    """How a run directory records which model answered (and whether it was scripted)."""
+    return runtime.model.model_name + (SCRIPTED_MARK if runtime.scripted else "")
+
+
+SCRIPTED_MARK = " [scripted stand-in]"
+
+
+async def check_model_identity(store: Store, runtime: EpisodeRuntime, run_dir: Path, *, force: bool) -> None:
+    """Refuse to mix results of two different models in one run (unless forced)."""
+    identity = model_identity(runtime)
+    stored = store.meta().get("model")
+    if stored is not None and stored != identity and not force:
+        raise ConfigMismatchError(
+            f"{run_dir}: this run's results came from {stored!r}, but the model now is "
+            f"{identity!r}; use a new --run-dir (or --force to mix them)"
+        )
+    future = store.call(
+        lambda con: con.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('model', ?)", (identity,)
+        )
+    )
+    await anyio.to_thread.run_sync(future.result)

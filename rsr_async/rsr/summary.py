@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -53,6 +54,9 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     episodes_this_run: int
     episodes_per_min: float
     peak_sandboxes: int
+    pipeline: dict[str, Any] | None = None
+    """The rewrite pipeline's figures (:func:`~rsr_async.rsr.figures.pipeline_figures`)
+    when ``run`` ran stages after discover."""
 
 
 def summarise(

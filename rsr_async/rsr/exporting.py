@@ -1,0 +1,92 @@
+"""The export stage: what the store says is kept, handed to :mod:`rsr_async.export`.
+
+- **rewrite**: executions whose verifier passed *and* whose leak audit accepted them;
+- **direct**: Terminus 2 discover successes (the paper's SFT set adds them);
+- **baseline**: discover successes of every harness (the direct-SFT baseline).
+
+Everything is read in key order, so the same store gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..engine.store import Store
+from ..errors import ConfigError
+from ..export import ExportRecord, write_export
+from ..schema import AuditResult, EpisodeResult
+from .figures import pipeline_figures
+from .runtime import SCRIPTED_MARK
+
+__all__ = ["collect_records", "export_run"]
+
+DIRECT_HARNESS = "terminus2"
+
+
+def collect_records(store: Store) -> list[ExportRecord]:
+    """The trajectories to export, in key order."""
+    model = store.meta().get("model", "").removesuffix(SCRIPTED_MARK)
+    records: list[ExportRecord] = []
+    for source in store.results(stage="discover", status="succeeded"):
+        if source.trajectory is None:
+            continue
+        common = _common(source, model)
+        records.append(ExportRecord(set="baseline", **common))
+        if source.key.harness == DIRECT_HARNESS:
+            records.append(ExportRecord(set="direct", **common))
+    kept = {
+        audit.verdict.subject
+        for audit in store.outputs(AuditResult, stage="audit", status="succeeded")
+        if audit.verdict is not None and audit.verdict.accepted
+    }
+    for execution in store.results(stage="execute", status="succeeded"):
+        if str(execution.key) not in kept or execution.trajectory is None:
+            continue
+        key = execution.key
+        source_key = f"discover/{key.task}/{key.harness}/a{key.attempt}/-/e-1"
+        records.append(
+            ExportRecord(set="rewrite", source_key=source_key, runbook=key.runbook, **_common(execution, model))
+        )
+    return records
+
+
+def _common(result: EpisodeResult, model: str) -> dict[str, Any]:
+    assert result.trajectory is not None
+    return {
+        "key": str(result.key),
+        "task": result.key.task,
+        "harness": result.trajectory.harness,
+        "trajectory": result.trajectory,
+        "model": result.model or result.trajectory.model or model,
+        "reward": result.reward,
+    }
+
+
+def export_run(
+    store: Store,
+    out_dir: Path,
+    *,
+    validation_share: float,
+    seed: int,
+    allow_scripted: bool,
+) -> dict[str, Any]:
+    """Write the run's export to ``out_dir``; returns the manifest.
+
+    Refuses trajectories of the scripted stand-in (a test double) unless
+    ``allow_scripted``: its data must never be mistaken for a model's.
+    """
+    identity = store.meta().get("model", "")
+    if identity.endswith(SCRIPTED_MARK) and not allow_scripted:
+        raise ConfigError(
+            f"{store.path.parent}: this run's trajectories come from the scripted stand-in "
+            "(a test double), not a model; pass --allow-scripted to export them anyway"
+        )
+    figures = pipeline_figures(store)
+    return write_export(
+        collect_records(store),
+        out_dir,
+        validation_share=validation_share,
+        seed=seed,
+        counts={"pipeline": figures, "model": identity},
+    )

@@ -37,6 +37,7 @@ from .schema import (
 
 if TYPE_CHECKING:
     from .engine import Engine, Job
+    from .rsr.runtime import Pipeline, open_pipeline
 
 __version__ = "0.1.0"
 
@@ -48,6 +49,10 @@ def __getattr__(name: str) -> object:
         from . import engine
 
         return getattr(engine, name)
+    if name in ("Pipeline", "open_pipeline"):
+        from .rsr import runtime
+
+        return getattr(runtime, name)
     raise AttributeError(f"module 'rsr_async' has no attribute {name!r}")
 
 __all__ = [
@@ -64,6 +69,7 @@ __all__ = [
     "JobKey",
     "LLMError",
     "Message",
+    "Pipeline",
     "RsrError",
     "Runbook",
     "SandboxError",
@@ -76,4 +82,5 @@ __all__ = [
     "VerifierError",
     "__version__",
     "load_config",
+    "open_pipeline",
 ]

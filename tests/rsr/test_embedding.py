@@ -1,5 +1,5 @@
-"""rsr_async.Engine with no runner, embedded in a plain asyncio program: real sandboxes,
-embedded simulator, real store; cancelling the caller's scope leaves nothing behind."""
+"""rsr_async.open_pipeline embedded in a plain asyncio program: real sandboxes, embedded
+simulator, real store; cancelling the caller's scope leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ async def test_engine_runs_real_episodes_inside_asyncio(tmp_path: Path) -> None:
     config = rsr_async.load_config(values={"run": {"attempts": 2, "concurrency": 4},
                                            "engine": {"progress": "none"}})
     run_dir = tmp_path / "run"
-    async with rsr_async.Engine(config, run_dir=run_dir) as engine:
-        seen = [result async for result in engine.run(discover_jobs(tasks, config))]
+    async with rsr_async.open_pipeline(config, run_dir=run_dir) as pipeline:
+        seen = [result async for result in pipeline.run(tasks)]
+    assert all(isinstance(r, rsr_async.EpisodeResult) for r in seen)
     assert sorted(str(r.key) for r in seen) == sorted(str(j.key) for j in discover_jobs(tasks, config))
     assert all(r.status in ("succeeded", "failed") and r.reward is not None for r in seen)
     with Store.open_readonly(run_dir) as store:
@@ -48,8 +49,8 @@ async def test_cancelling_the_callers_scope_cleans_up(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(8):
-            async with rsr_async.Engine(config, run_dir=run_dir) as engine:
-                async for _ in engine.run(discover_jobs(tasks, config)):
+            async with rsr_async.open_pipeline(config, run_dir=run_dir) as pipeline:
+                async for _ in pipeline.run(tasks):
                     pass
     with Store.open_readonly(run_dir) as store:
         counts = store.counts(stage="discover")

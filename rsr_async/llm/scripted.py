@@ -36,8 +36,9 @@ Roles. A system or first user message starting with :data:`ROLE_PLANNER`,
   :func:`split_literals`); a seeded fifth wraps the answer in prose and a code fence.
 - Critic (judge): sees the instruction and the runbook; rejects every backticked literal
   the instruction does not contain and any "expected value is" statement.
-- Auditor: a flagged value is leaked when it carries data (a digit) and neither the
-  instruction nor terminal output before its turn shows it; otherwise derivable.
+- Auditor: a flagged value is leaked when it carries data (:func:`carries_data`: a
+  number, or a run of two digits) and neither the instruction nor terminal output before
+  its turn shows it; otherwise derivable.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ __all__ = [
     "ROLE_CRITIC",
     "ROLE_PLANNER",
     "ScriptedModel",
+    "carries_data",
     "load_solutions",
     "solve_probability",
     "split_blocks",
@@ -444,8 +446,8 @@ class ScriptedModel:
         instruction = self._section(text, "instruction")
         source = self._section(text, "trajectory") or text
         commands = self._transcript_commands(source)
-        words = [line.split(None, 1)[0] for c in commands for line in c.splitlines() if line.split()]
-        tools = sorted({w for w in words if _TOOL.fullmatch(w) and w not in _NOT_TOOLS})
+        tools = sorted({w for c in commands for w in _shell_words(c)
+                        if _TOOL.fullmatch(w) and w not in _NOT_TOOLS})
         milestones = [
             "1. Inspect the working directory and the files the task names.",
             *(f"{i + 2}. Carry out the next part of the work with {tool}." for i, tool in
@@ -504,9 +506,10 @@ class ScriptedModel:
     def _auditor(self, messages: Sequence[ChatMessage]) -> str:
         """Rules each flagged value from what the auditor prompt shows, honestly:
 
-        a value is *leaked* when it carries data (has a digit) and neither the instruction
-        nor any terminal output before the turn that typed it contains it; otherwise it
-        is vocabulary (paths, names, flags) a competent engineer writes from the task.
+        a value is *leaked* when it carries data (see :func:`carries_data`) and neither the
+        instruction nor any terminal output before the turn that typed it contains it;
+        otherwise it is vocabulary (paths, names, flags, ``man1``, ``HTTP/1.1``, regexes)
+        or general knowledge (``0.0.0.0``) a competent engineer writes from the task.
         """
         text = "\n".join(m["content"] for m in messages if m["role"] != "assistant")
         instruction = self._section(text, "instruction")
@@ -522,8 +525,10 @@ class ScriptedModel:
             )
             if value in instruction or value in shown:
                 verdict, reason = "derivable", "shown before it was typed"
-            elif not any(ch.isdigit() for ch in value):
-                verdict, reason = "derivable", "no data in it: a name or path the task implies"
+            elif value in _WELL_KNOWN:
+                verdict, reason = "derivable", "general knowledge"
+            elif not carries_data(value):
+                verdict, reason = "derivable", "no data in it: a name, path or pattern"
             else:
                 verdict, reason = "leaked", "task data the agent had not seen and could not compute"
             rulings.append({"value": value, "verdict": verdict, "reason": reason})
@@ -554,6 +559,37 @@ _NOT_TOOLS = frozenset(
 _ANSWER_PHRASE = re.compile(r"expected (value|output|answer) is|the answer is|must be exactly", re.I)
 _FLAGGED = re.compile(r"""^\d+\. ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*") \((\w+), turn (\d+)\)""", re.M)
 _LITERAL = re.compile(r"[A-Za-z0-9_./+-]+")
+
+
+_WELL_KNOWN = frozenset({"0.0.0.0", "127.0.0.1", "255.255.255.0", "255.255.255.255", "::1"})
+
+
+def carries_data(value: str) -> bool:
+    """A number, or anything holding a run of two or more digits (a count, port, hash,
+    version, date): what the scripted auditor treats as task data rather than naming."""
+    return re.fullmatch(r"[\d.]+", value) is not None or re.search(r"\d\d", value) is not None
+
+
+def _shell_words(command: str) -> list[str]:
+    """First words of a command's shell lines; the bodies of nested heredocs (a Python
+    script fed to ``python3 - <<'PY'``) are data, not commands."""
+    words: list[str] = []
+    lines = command.splitlines()
+    outer = _HEREDOC.search(lines[0]) if lines else None
+    wrapper = outer.group(2) if outer and lines[0].split()[:1] == ["bash"] else None
+    body: str | None = None
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if body is not None:
+            if stripped == body:
+                body = None
+            continue
+        if stripped and stripped != wrapper:
+            words.append(stripped.split(None, 1)[0])
+        match = _HEREDOC.search(line)
+        if match and not (i == 0 and wrapper):
+            body = match.group(2)
+    return words
 
 
 def split_literals(script: str, instruction: str, *, data_only: bool = True) -> list[str]:

@@ -20,6 +20,7 @@ from rsr_async.llm.scripted import (
     GUIDANCE_LEAD,
     LEAK_PHRASE,
     ScriptedModel,
+    carries_data,
     load_solutions,
     solve_probability,
     split_blocks,
@@ -244,6 +245,13 @@ def test_the_guidance_lead_is_how_the_harness_starts_its_private_message() -> No
     assert template.read_text().startswith(GUIDANCE_LEAD)
     guidance = {"role": "system", "content": f"{GUIDANCE_LEAD}: use statem-like checks"}
     assert ScriptedModel.harness_of([guidance, *first_message(INSTRUCTION)]) == "terminus2"
+
+
+def test_the_scripted_auditor_tells_data_from_naming() -> None:
+    data = ["8080", "0.95", "73519.25", "9c1e55aa01", "/srv/v2024/report.txt"]
+    naming = ["/usr/share/man/man1", "HTTP/1.1", "python3", "A-Za-z0-9_", "wordcount.1"]
+    assert [carries_data(v) for v in data] == [True] * len(data)
+    assert [carries_data(v) for v in naming] == [False] * len(naming)
 
 
 LEDGER = "Sum the amounts in ledger.csv into total.txt."

@@ -14,7 +14,7 @@ critic checks and the executor gets as private guidance.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .._native import compress_trajectory
 from ..errors import ReplyFormatError
@@ -91,7 +91,7 @@ def _command_lines(keystrokes: str) -> list[str]:
     return [f"$ {lines[0]}", *(f"> {line}" for line in lines[1:])]
 
 
-def render_transcript(messages: list[Message], *, instruction: str = "") -> str:
+def render_transcript(messages: Sequence[Message], *, instruction: str = "") -> str:
     """Public messages as readable text: turns of ``$`` commands and ``Terminal:`` output.
 
     A ``task`` message shows only what follows the instruction in it (else what follows

@@ -240,6 +240,23 @@ def test_scripted_planner_leaks_a_seeded_share_that_the_critic_catches_and_regen
         assert LEAK_PHRASE not in again and _judge(again) == (True, "")
 
 
+def test_on_every_bundled_task_clean_drafts_pass_the_critic_and_leaky_ones_do_not() -> None:
+    counts = {"clean": 0, "leaky": 0}
+    for task_dir in sorted(p for p in BUNDLED_SUITE.iterdir() if (p / "task.toml").is_file()):
+        task = load_task(task_dir)
+        source = typed_source(task)
+        text = compress_source(source, observation_bytes=2000)
+        for index in range(4):
+            messages = planner_messages(instruction=task.instruction, source=text, index=index, count=4)
+            runbook = render_runbook(parse_runbook(BUNDLED.reply(messages, seed=1)))
+            passes = not rule_checks(runbook, task=task, source=source) and parse_judgement(
+                BUNDLED.reply(judge_messages(instruction=task.instruction, runbook=runbook)))[0]
+            leaky = LEAK_PHRASE in runbook
+            counts["leaky" if leaky else "clean"] += 1
+            assert passes is not leaky, (task.name, runbook)
+    assert counts["leaky"] >= 10 and counts["clean"] >= 90, counts
+
+
 def test_the_guidance_lead_is_how_the_harness_starts_its_private_message() -> None:
     template = Path(rsr_async.harness.__file__).parent / "templates" / "guidance.txt"
     assert template.read_text().startswith(GUIDANCE_LEAD)

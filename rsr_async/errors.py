@@ -13,6 +13,8 @@ RsrError                       every error this package raises on purpose
 │   ├── StoreCorruptError      not a database, or not ours: never silently started over
 │   └── ConfigMismatchError    resuming a run with a different config
 ├── NotImplementedYetError     a subcommand or feature that is planned but not built
+├── ReplyFormatError           a model reply that cannot be parsed: the model's failure,
+│                              stored with the job, never retried as infrastructure
 └── InfraError                 not the model's fault: retried within budget, never scored
     ├── SandboxError           Docker: daemon, containers, exec streams
     │   ├── DockerUnavailableError   daemon down or unreachable
@@ -52,6 +54,7 @@ __all__ = [
     "LLMTimeoutError",
     "NoHealthyServerError",
     "NotImplementedYetError",
+    "ReplyFormatError",
     "RsrError",
     "SandboxError",
     "ShellClosedError",
@@ -98,6 +101,14 @@ class ConfigMismatchError(StoreError):
 
 class NotImplementedYetError(RsrError):
     """A planned capability that is not built yet. Never replaced by a fake result."""
+
+
+class ReplyFormatError(RsrError):
+    """A model reply that cannot be parsed (a planner, critic or auditor reply).
+
+    The model's failure, never retried as infrastructure: the job that asked stores the
+    reply and this message. The message says what was expected and what arrived.
+    """
 
 
 class InfraError(RsrError):

@@ -18,12 +18,32 @@ part-way, or looping on one command a few turns and then giving up. Progress is 
 the conversation (its own earlier assistant turns), so it is stateless across calls and
 works behind HTTP. Under RSRT, after the hidden verifier says "failed", it rolls again.
 
+Guided actor. With a private runbook in its context (a system message starting with
+:data:`GUIDANCE_LEAD`, as the harness sends it) the actor closes
+:data:`GUIDED_SOLVE_BOOST` of the gap between its solve chance and 1, and when the runbook
+leaks a literal (:data:`LEAK_PHRASE`) it types that literal (``echo VALUE``) with its
+first chunk: the leak the audit must catch end to end.
+
 Roles. A system or first user message starting with :data:`ROLE_PLANNER`,
-:data:`ROLE_CRITIC` or :data:`ROLE_AUDITOR` selects that role.
+:data:`ROLE_CRITIC` or :data:`ROLE_AUDITOR` selects that role; the prompts under
+``rsr_async/rsr/prompts/`` start that way, and their ``<instruction>``, ``<trajectory>``,
+``<runbook>`` and ``<flagged>`` blocks are what the roles read.
+
+- Planner: five canonical ``## `` sections whose milestones name the tools of the
+  source's ``$`` command lines; a seeded :data:`PLANNER_LEAK_SHARE` of first drafts (not
+  regenerations, recognised by their ``<rejected_runbook>`` block) states a literal of the
+  task's reference solution outright (else of the source's commands; see
+  :func:`split_literals`); a seeded fifth wraps the answer in prose and a code fence.
+- Critic (judge): sees the instruction and the runbook; rejects every backticked literal
+  the instruction does not contain and any "expected value is" statement.
+- Auditor: a flagged value is leaked when it carries data (:func:`carries_data`: a
+  number, or a run of two digits) and neither the instruction nor terminal output before
+  its turn shows it; otherwise derivable.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -38,21 +58,26 @@ from .prompt import render_chatml
 from .tokenizer import SimTokenizer
 
 __all__ = [
+    "GUIDANCE_LEAD",
+    "LEAK_PHRASE",
+    "PLANNER_LEAK_SHARE",
     "ROLE_AUDITOR",
     "ROLE_CRITIC",
     "ROLE_PLANNER",
     "ScriptedModel",
+    "carries_data",
     "load_solutions",
     "solve_probability",
     "split_blocks",
+    "split_literals",
 ]
 
 ROLE_PLANNER = "ROLE: planner"
 """A system or first user message starting with this asks for a runbook (markdown)."""
 ROLE_CRITIC = "ROLE: critic"
-"""... for a verdict: JSON ``{"verdict": "accept"|"reject", "reasons": [...]}``."""
+"""... for a verdict: JSON ``{"verdict": "accept"|"reject", "critique": "..."}``."""
 ROLE_AUDITOR = "ROLE: auditor"
-"""... for a leak audit: JSON ``{"leaks": [...]}``."""
+"""... for a leak audit: JSON ``{"rulings": [{"value", "verdict", "reason"}]}``."""
 
 Harness = Literal["terminus2", "statem", "rsrt"]
 _MAX_LOOP = 4
@@ -271,7 +296,10 @@ class ScriptedModel:
     @staticmethod
     def harness_of(messages: Sequence[ChatMessage]) -> Harness:
         """Which harness is talking, judged from its prompt text."""
-        head = " ".join(m["content"] for m in messages[:2] if m["role"] != "assistant").lower()
+        head = " ".join(
+            m["content"] for m in messages[:2]
+            if m["role"] != "assistant" and not m["content"].startswith(GUIDANCE_LEAD)
+        ).lower()
         if "statem" in head:
             return "statem"
         if "rsrt" in head:
@@ -298,15 +326,29 @@ class ScriptedModel:
                 claims = 0
         return failures, turns
 
-    def solves(self, instruction: str, harness: str, *, seed: int | None = None, retry: int = 0) -> bool:
-        """Whether the scripted actor will solve this task (for tests and expectations)."""
+    def solves(
+        self, instruction: str, harness: str, *, seed: int | None = None, retry: int = 0,
+        guided: bool = False,
+    ) -> bool:
+        """Whether the scripted actor will solve this task (for tests and expectations);
+        ``guided``: with a private runbook in its context."""
         seed_key = f"{self.seed}:{seed}" if seed is not None else str(self.seed)
-        return self._solves(instruction.strip(), harness, seed_key, retry)
+        return self._solves(instruction.strip(), harness, seed_key, retry, guided)
 
     @staticmethod
-    def _solves(instruction: str, harness: str, seed_key: str, retry: int) -> bool:
-        return _unit("solve", instruction, harness, seed_key, retry) < solve_probability(
-            instruction, harness
+    def _solves(instruction: str, harness: str, seed_key: str, retry: int, guided: bool) -> bool:
+        chance = solve_probability(instruction, harness)
+        if guided:
+            chance += (1.0 - chance) * GUIDED_SOLVE_BOOST
+        return _unit("solve", instruction, harness, seed_key, retry) < chance
+
+    @staticmethod
+    def _guidance(messages: Sequence[ChatMessage]) -> str | None:
+        """The private runbook message, when the harness gave one."""
+        return next(
+            (m["content"] for m in messages
+             if m["role"] == "system" and m["content"].startswith(GUIDANCE_LEAD)),
+            None,
         )
 
     def _actor_reply(self, messages: Sequence[ChatMessage], seed_key: str) -> str:
@@ -320,10 +362,22 @@ class ScriptedModel:
             ]
         else:
             harness = self.harness_of(messages)
-            script = self._script(task, harness, seed_key, failures)
+            guidance = self._guidance(messages)
+            copied = None
+            if guidance is not None:
+                found = re.search(rf"{LEAK_PHRASE} `([^`\n]+)`", guidance)
+                copied = found.group(1) if found else None
+            script = self._script(
+                task, harness, seed_key, failures, guided=guidance is not None, copied=copied
+            )
         return script[min(turn, len(script) - 1)]
 
-    def _script(self, task: tuple[str, str], harness: str, seed_key: str, retry: int) -> list[str]:
+    def _script(
+        self, task: tuple[str, str], harness: str, seed_key: str, retry: int, *,
+        guided: bool = False, copied: str | None = None,
+    ) -> list[str]:
+        """The actor's whole episode. ``guided``: a runbook is in context (solves more
+        often); ``copied``: a literal the runbook leaked, typed with the first chunk."""
         instruction, solution = task
         roll = (instruction, harness, seed_key, retry)
         explore = _actor(
@@ -335,12 +389,15 @@ class ScriptedModel:
             _actor(
                 f"Step {i + 1} of {len(chunks)} of the solution.",
                 "Run the next part of the solution.",
-                [(_heredoc(c), min(30.0, 1.0 + 0.2 * c.count("\n")))],
+                [
+                    *([(f"echo {copied}\n", 0.1)] if copied and i == 0 else []),
+                    (_heredoc(c), min(30.0, 1.0 + 0.2 * c.count("\n"))),
+                ],
                 False,
             )
             for i, c in enumerate(chunks)
         ]
-        if self._solves(instruction, harness, seed_key, retry):
+        if self._solves(instruction, harness, seed_key, retry, guided):
             lead = [explore] if _unit("explore", *roll) < 0.5 else []
             if _unit("stumble", *roll) < 0.1:
                 lead.append("Let me think about this task before I answer.")
@@ -368,15 +425,29 @@ class ScriptedModel:
     # -- other roles ----------------------------------------------------------------------
 
     @staticmethod
-    def _commands_in(text: str) -> list[str]:
-        found = [json.loads(f'"{k}"') for k in re.findall(r'"keystrokes":\s*"((?:[^"\\]|\\.)*)"', text)]
-        found += [line[2:] for line in text.splitlines() if line.startswith("$ ")]
-        return [c for c in found if c.strip()]
+    def _section(text: str, tag: str) -> str:
+        """The text inside ``<tag>…</tag>`` (the role prompts' delimiters), else ''."""
+        match = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.DOTALL)
+        return match.group(1) if match else ""
+
+    @staticmethod
+    def _transcript_commands(text: str) -> list[str]:
+        """Commands of a transcript: ``$ `` lines, with their ``> `` continuation lines."""
+        commands: list[str] = []
+        for line in text.splitlines():
+            if line.startswith("$ "):
+                commands.append(line[2:])
+            elif line.startswith("> ") and commands:
+                commands[-1] += "\n" + line[2:]
+        return [c for c in commands if c.strip()]
 
     def _planner(self, messages: Sequence[ChatMessage], seed_key: str) -> str:
         text = "\n".join(m["content"] for m in messages if m["role"] != "assistant")
-        commands = self._commands_in(text)
-        tools = sorted({c.split()[0] for c in commands if c.split()} - {"bash", "RSR_EOF"})
+        instruction = self._section(text, "instruction")
+        source = self._section(text, "trajectory") or text
+        commands = self._transcript_commands(source)
+        tools = sorted({w for c in commands for w in _shell_words(c)
+                        if _TOOL.fullmatch(w) and w not in _NOT_TOOLS})
         milestones = [
             "1. Inspect the working directory and the files the task names.",
             *(f"{i + 2}. Carry out the next part of the work with {tool}." for i, tool in
@@ -384,47 +455,165 @@ class ScriptedModel:
             f"{len(tools[:4]) + 2}. Check the result against the task's requirements.",
         ]
         lines = [
-            "# Runbook",
-            "## End state",
+            "## " + _SECTIONS[0],
             "- Every requirement stated in the task holds, checked from the shell.",
-            "## Milestones",
+            "## " + _SECTIONS[1],
             *milestones,
-            "## Checks",
+            "## " + _SECTIONS[2],
             "- After each milestone, list or print what it produced and compare with the task.",
-            "## Recovery",
+            "## " + _SECTIONS[3],
             "- If a command fails, read its error output, fix the cause, and rerun it.",
-            "## Pitfalls",
+            "## " + _SECTIONS[4],
             "- Do not claim completion before the checks pass.",
         ]
-        critiqued = "reject" in text.lower()
-        literals = [w for c in commands for w in re.findall(r"[A-Za-z0-9_./-]{6,}", c)]
-        if literals and not critiqued and _unit("leak", text, seed_key) < 0.25:
-            leak = literals[int(_unit("which", text, seed_key) * len(literals))]
-            lines.append(f"- The expected value is `{leak}`.")
-        return "\n".join(lines) + "\n"
+        # A seeded share of first drafts leaks a literal of the reference solution (or of
+        # the source's commands) outright; a regeneration after a critique never does.
+        regenerated = "<rejected_runbook>" in text
+        task = self._find_task(messages)
+        solution = task[1] if task else ""
+        outputs = source.split("\nTerminal:\n")
+        final_output = outputs[-1].split("\n### Turn ")[0] if len(outputs) > 1 else ""
+        # The answer first: data the source's last output showed, then data in the
+        # solution or the commands, then any solution literal shaped like a value.
+        pool = (
+            split_literals(final_output, instruction)
+            or split_literals(solution + "\n" + "\n".join(commands), instruction)
+            or split_literals(solution, instruction, data_only=False)
+        )
+        if pool and not regenerated and _unit("leak", text, seed_key) < PLANNER_LEAK_SHARE:
+            leak = pool[int(_unit("which", text, seed_key) * len(pool))]
+            lines.insert(1, f"- {LEAK_PHRASE} `{leak}`.")
+        runbook = "\n".join(lines) + "\n"
+        if _unit("mess", text, seed_key) < 0.2:  # the usual model mess around the answer
+            runbook = f"Here is the runbook.\n\n```markdown\n{runbook}```\n\nGood luck!\n"
+        return runbook
 
-    @staticmethod
-    def _critic(messages: Sequence[ChatMessage]) -> str:
+    def _critic(self, messages: Sequence[ChatMessage]) -> str:
         text = "\n".join(m["content"] for m in messages if m["role"] != "assistant")
+        instruction = self._section(text, "instruction")
+        runbook = self._section(text, "runbook") or text
         reasons = [
-            f"the literal `{lit}` cannot be derived from the instruction"
-            for lit in dict.fromkeys(re.findall(r"`([^`\n]{4,})`", text))
-            if text.count(lit) == 1
+            f"the runbook states `{lit}`, which the instruction does not contain; "
+            "say how to find it instead"
+            for lit in dict.fromkeys(re.findall(r"`([^`\n]+)`", runbook))
+            if lit not in instruction
         ]
-        if "expected value is" in text.lower() and not reasons:
+        if _ANSWER_PHRASE.search(runbook) and not reasons:
             reasons.append("the runbook states an expected value instead of how to find it")
         verdict = "reject" if reasons else "accept"
-        return json.dumps({"verdict": verdict, "reasons": reasons})
+        return json.dumps({"verdict": verdict, "critique": " ".join(reasons)})
 
     def _auditor(self, messages: Sequence[ChatMessage]) -> str:
-        text = "\n".join(m["content"] for m in messages)
-        commands = self._commands_in(text)
-        rest = re.sub(r'"keystrokes":\s*"((?:[^"\\]|\\.)*)"', "", text)
-        rest = "\n".join(line for line in rest.splitlines() if not line.startswith("$ "))
-        leaks = [
-            token
-            for c in commands
-            for token in re.findall(r"[A-Za-z0-9_./-]{8,}", c)
-            if any(ch.isdigit() for ch in token) and token not in rest
-        ]
-        return json.dumps({"leaks": list(dict.fromkeys(leaks))})
+        """Rules each flagged value from what the auditor prompt shows, honestly:
+
+        a value is *leaked* when it carries data (see :func:`carries_data`) and neither the
+        instruction nor any terminal output before the turn that typed it contains it;
+        otherwise it is vocabulary (paths, names, flags, ``man1``, ``HTTP/1.1``, regexes)
+        or general knowledge (``0.0.0.0``) a competent engineer writes from the task.
+        """
+        text = "\n".join(m["content"] for m in messages if m["role"] != "assistant")
+        instruction = self._section(text, "instruction")
+        transcript = self._section(text, "trajectory")
+        rulings = []
+        for match in _FLAGGED.finditer(self._section(text, "flagged")):
+            value = ast.literal_eval(match.group(1))
+            turn = int(match.group(3))
+            cut = transcript.find(f"### Turn {turn}\n")
+            before = transcript[: cut if cut >= 0 else len(transcript)]
+            shown = "\n".join(
+                line for line in before.splitlines() if not line.startswith(("$ ", "> ", "### Turn "))
+            )
+            if value in instruction or value in shown:
+                verdict, reason = "derivable", "shown before it was typed"
+            elif value in _WELL_KNOWN:
+                verdict, reason = "derivable", "general knowledge"
+            elif not carries_data(value):
+                verdict, reason = "derivable", "no data in it: a name, path or pattern"
+            else:
+                verdict, reason = "leaked", "task data the agent had not seen and could not compute"
+            rulings.append({"value": value, "verdict": verdict, "reason": reason})
+        return json.dumps({"rulings": rulings})
+
+
+PLANNER_LEAK_SHARE = 0.25
+"""Share of first planner drafts that quote a solution literal outright (seeded)."""
+LEAK_PHRASE = "The expected value is"
+"""How a leaking scripted runbook states its literal (the guided actor copies it)."""
+GUIDANCE_LEAD = "You have private guidance"
+"""How the harness's private guidance message starts (``harness/templates/guidance.txt``)."""
+GUIDED_SOLVE_BOOST = 0.6
+"""A runbook closes this share of the gap between the actor's solve chance and 1."""
+
+_SECTIONS = (
+    "Final-state requirements",
+    "Key milestones",
+    "How to check progress",
+    "Recovery strategies",
+    "Common pitfalls",
+)
+_TOOL = re.compile(r"[a-z][a-z0-9_.+-]{1,30}")
+_NOT_TOOLS = frozenset(
+    "bash sh if then else elif fi for do done while until case esac in function return "
+    "cd set export source local echo true false exit rsr_eof eof py pycheck".split()
+)
+_ANSWER_PHRASE = re.compile(r"expected (value|output|answer) is|the answer is|must be exactly", re.I)
+_FLAGGED = re.compile(r"""^\d+\. ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*") \((\w+), turn (\d+)\)""", re.M)
+_LITERAL = re.compile(r"[A-Za-z0-9_./+-]+")
+
+
+_WELL_KNOWN = frozenset({"0.0.0.0", "127.0.0.1", "255.255.255.0", "255.255.255.255", "::1"})
+
+
+def carries_data(value: str) -> bool:
+    """A number, or anything holding a run of two or more digits (a count, port, hash,
+    version, date): what the scripted auditor treats as task data rather than naming."""
+    return re.fullmatch(r"[\d.]+", value) is not None or re.search(r"\d\d", value) is not None
+
+
+def _shell_words(command: str) -> list[str]:
+    """First words of a command's shell lines; the bodies of nested heredocs (a Python
+    script fed to ``python3 - <<'PY'``) are data, not commands."""
+    words: list[str] = []
+    lines = command.splitlines()
+    outer = _HEREDOC.search(lines[0]) if lines else None
+    wrapper = outer.group(2) if outer and lines[0].split()[:1] == ["bash"] else None
+    body: str | None = None
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if body is not None:
+            if stripped == body:
+                body = None
+            continue
+        if stripped and stripped != wrapper:
+            words.append(stripped.split(None, 1)[0])
+        match = _HEREDOC.search(line)
+        if match and not (i == 0 and wrapper):
+            body = match.group(2)
+    return words
+
+
+def split_literals(script: str, instruction: str, *, data_only: bool = True) -> list[str]:
+    """Value-like literals of ``script`` the instruction does not contain, first-seen order.
+
+    Shaped like the leak scanner's candidates: a path, a number with a dot or three
+    significant digits, an 8+ character token mixing letters and digits, or (with
+    ``data_only=False``) a 10+ character identifier. ``data_only``: only those carrying a
+    digit.
+    """
+    out: dict[str, None] = {}
+    for raw in _LITERAL.findall(script):
+        word = raw.lstrip(".-").rstrip("./-")
+        if word in instruction or (data_only and not any(ch.isdigit() for ch in word)):
+            continue
+        if not data_only and len(word) >= 10 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", word):
+            out[word] = None
+            continue
+        number = re.fullmatch(r"[\d.]+", word) is not None
+        if (
+            ("/" in word and len(word) >= 4)
+            or (number and ("." in word or len(word.strip("0")) >= 3))
+            or (not number and len(word) >= 8 and re.fullmatch(r"[A-Za-z0-9+_-]+", word)
+                and re.search(r"[A-Za-z]", word))
+        ):
+            out[word] = None
+    return list(out)

@@ -11,19 +11,25 @@ from typing import Any
 
 import pytest
 
+import rsr_async.harness
 from rsr_async.config import LLMConfig
 from rsr_async.errors import ContextLengthError
 from rsr_async.llm.base import ChatMessage
 from rsr_async.llm.client import SGLangClient
 from rsr_async.llm.scripted import (
-    ROLE_AUDITOR,
-    ROLE_CRITIC,
-    ROLE_PLANNER,
+    GUIDANCE_LEAD,
+    LEAK_PHRASE,
     ScriptedModel,
+    carries_data,
     load_solutions,
     solve_probability,
     split_blocks,
 )
+from rsr_async.rsr.audit import auditor_messages, flag_values, parse_audit
+from rsr_async.rsr.critic import judge_messages, parse_judgement, rule_checks
+from rsr_async.rsr.planner import compress_source, parse_runbook, planner_messages, render_runbook
+from rsr_async.schema import Command, Message, Task, Trajectory
+from rsr_async.tasks import BUNDLED_SUITE, load_task
 from tests.conftest import run_cli_env
 
 from .conftest import INSTRUCTION, SOLVE
@@ -42,9 +48,15 @@ def first_message(instruction: str, harness: str = "terminus2") -> list[ChatMess
 
 def drive(model: ScriptedModel, instruction: str, harness: str, seed: int,
           verifier: Callable[[], bool] | None = None, max_turns: int = 40,
+          guidance: str | None = None,
           ) -> tuple[list[ChatMessage], list[str]]:
-    """A minimal Terminus 2 loop: parse, confirm twice, RSRT feedback; returns keystrokes."""
+    """A minimal Terminus 2 loop: parse, confirm twice, RSRT feedback; returns keystrokes.
+
+    ``guidance``: a private system message before the task prompt, as the harness sends it.
+    """
     messages = first_message(instruction, harness)
+    if guidance is not None:
+        messages.insert(0, {"role": "system", "content": guidance})
     typed: list[str] = []
     claims = 0
     for _ in range(max_turns):
@@ -175,39 +187,119 @@ def test_unknown_task_explores_then_gives_up() -> None:
     assert len([m for m in messages if m["role"] == "assistant"]) == 3
 
 
-TRAJECTORY = (
-    "Instruction: make the service answer on port 8080.\n"
-    '{"keystrokes": "sed -i s/port=80/port=8080/ /etc/svc/conf_v2.ini\\n", "duration": 0.1}\n'
-    '{"keystrokes": "systemctl restart svc\\n", "duration": 1}\n'
-)
+BUNDLED = ScriptedModel.from_tasks_dir(BUNDLED_SUITE, seed=3)
+APP_CONFIG = load_task(BUNDLED_SUITE / "fix-app-config")
 
 
-def test_planner_critic_and_auditor_roles() -> None:
-    model = ScriptedModel({})
-    runbooks = [model.reply([{"role": "system", "content": ROLE_PLANNER + "\nWrite a runbook."},
-                             {"role": "user", "content": TRAJECTORY}], seed=s) for s in range(40)]
+def typed_source(task: Task, output: str = "config ok") -> Trajectory:
+    """A source the way the scripted actor solves: the reference solution in one chunk."""
+    solve = Path(task.solution_path or "").read_text()
+    return Trajectory(task=task.name, harness="terminus2", messages=[
+        Message(role="user", origin="task", content=first_message(task.instruction)[0]["content"]),
+        Message(role="assistant", origin="model", turn=0, content="{}",
+                commands=(Command(keystrokes=f"bash <<'RSR_EOF'\n{solve}RSR_EOF\n"),)),
+        Message(role="user", origin="env", turn=1, content=f"New Terminal Output:\n{output}\n"),
+    ])
+
+
+def _draft(index: int, seed: int, **retry: str) -> str:
+    source = compress_source(typed_source(APP_CONFIG), observation_bytes=2000)
+    messages = planner_messages(instruction=APP_CONFIG.instruction, source=source, index=index,
+                                count=4, **retry)
+    return BUNDLED.reply(messages, seed=seed)
+
+
+def _judge(runbook: str) -> tuple[bool, str]:
+    return parse_judgement(BUNDLED.reply(judge_messages(instruction=APP_CONFIG.instruction,
+                                                        runbook=runbook)))
+
+
+def test_scripted_planner_leaks_a_seeded_share_that_the_critic_catches_and_regeneration_fixes() -> None:
+    drafts = [_draft(i, seed) for seed in range(25) for i in range(4)]
+    assert drafts == [_draft(i, seed) for seed in range(25) for i in range(4)]  # deterministic
+    runbooks = [render_runbook(parse_runbook(d)) for d in drafts]  # messy ones parse too
+    assert all(len(parse_runbook(r)) == 5 for r in runbooks)
+    assert any(d.startswith("Here is the runbook.") for d in drafts)
+    assert any("with sed" in r for r in runbooks)  # milestones name the source's tools
+    leaky = [r for r in runbooks if LEAK_PHRASE in r]
+    assert 0.1 <= len(leaky) / len(runbooks) <= 0.45, len(leaky)
     for runbook in runbooks:
-        for section in ("## End state", "## Milestones", "## Checks", "## Recovery", "## Pitfalls"):
-            assert section in runbook
-    leaky = [r for r in runbooks if "expected value is" in r]
-    clean = [r for r in runbooks if "expected value is" not in r]
-    assert leaky and clean  # occasionally leaks a literal, seeded
+        reasons = rule_checks(runbook, task=APP_CONFIG, source=typed_source(APP_CONFIG))
+        accepted, critique = _judge(runbook)
+        if LEAK_PHRASE in runbook:
+            # The solution's literal: the source typed it unseen, and the judge sees it.
+            assert [r.split(":")[1] for r in reasons] == ["literal_value"], reasons
+            assert not accepted and "which the instruction does not contain" in critique
+        else:
+            assert reasons == [] and accepted and critique == ""
+    # Regenerated with the rejected draft and its critique, the planner leaks no more.
+    for seed in range(25):
+        rejected = next((r for r in runbooks if LEAK_PHRASE in r), "")
+        again = render_runbook(parse_runbook(_draft(seed % 4, seed, rejected=rejected,
+                                                    critique=_judge(rejected)[1])))
+        assert LEAK_PHRASE not in again and _judge(again) == (True, "")
 
-    def verdict(runbook: str) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(model.reply([
-            {"role": "system", "content": ROLE_CRITIC},
-            {"role": "user", "content": "Instruction: make the service answer on port 8080.\n"
-             f"Runbook:\n{runbook}"}]))
-        return result
 
-    assert verdict(leaky[0])["verdict"] == "reject" and verdict(leaky[0])["reasons"]
-    assert verdict(clean[0]) == {"verdict": "accept", "reasons": []}
-    # Regenerated with the critique in the prompt, the planner does not leak again.
-    again = model.reply([{"role": "system", "content": ROLE_PLANNER},
-                         {"role": "user", "content": TRAJECTORY + "\nCritic: reject (leak)."}])
-    assert "expected value is" not in again
-    audit = json.loads(model.reply([{"role": "user", "content": ROLE_AUDITOR + "\n" + TRAJECTORY}]))
-    assert audit == {"leaks": ["/etc/svc/conf_v2.ini"]}
+def test_on_every_bundled_task_clean_drafts_pass_the_critic_and_leaky_ones_do_not() -> None:
+    counts = {"clean": 0, "leaky": 0}
+    for task_dir in sorted(p for p in BUNDLED_SUITE.iterdir() if (p / "task.toml").is_file()):
+        task = load_task(task_dir)
+        source = typed_source(task)
+        text = compress_source(source, observation_bytes=2000)
+        for index in range(4):
+            messages = planner_messages(instruction=task.instruction, source=text, index=index, count=4)
+            runbook = render_runbook(parse_runbook(BUNDLED.reply(messages, seed=1)))
+            passes = not rule_checks(runbook, task=task, source=source) and parse_judgement(
+                BUNDLED.reply(judge_messages(instruction=task.instruction, runbook=runbook)))[0]
+            leaky = LEAK_PHRASE in runbook
+            counts["leaky" if leaky else "clean"] += 1
+            assert passes is not leaky, (task.name, runbook)
+    assert counts["leaky"] >= 10 and counts["clean"] >= 90, counts
+
+
+def test_the_guidance_lead_is_how_the_harness_starts_its_private_message() -> None:
+    template = Path(rsr_async.harness.__file__).parent / "templates" / "guidance.txt"
+    assert template.read_text().startswith(GUIDANCE_LEAD)
+    guidance = {"role": "system", "content": f"{GUIDANCE_LEAD}: use statem-like checks"}
+    assert ScriptedModel.harness_of([guidance, *first_message(INSTRUCTION)]) == "terminus2"
+
+
+def test_the_scripted_auditor_tells_data_from_naming() -> None:
+    data = ["8080", "0.95", "73519.25", "9c1e55aa01", "/srv/v2024/report.txt"]
+    naming = ["/usr/share/man/man1", "HTTP/1.1", "python3", "A-Za-z0-9_", "wordcount.1"]
+    assert [carries_data(v) for v in data] == [True] * len(data)
+    assert [carries_data(v) for v in naming] == [False] * len(naming)
+
+
+LEDGER = "Sum the amounts in ledger.csv into total.txt."
+LEDGER_SOLVE = "#!/bin/bash\ncut -d, -f2 ledger.csv | paste -sd+ | bc > total.txt\n"
+
+
+def test_a_guided_actor_solves_more_often_and_copies_a_leaked_literal_the_audit_catches() -> None:
+    model = ScriptedModel({LEDGER: LEDGER_SOLVE})
+    plain = sum(model.solves(LEDGER, "terminus2", seed=s) for s in range(300))
+    guided = sum(model.solves(LEDGER, "terminus2", seed=s, guided=True) for s in range(300))
+    assert guided > plain + 30
+    clean = f"{GUIDANCE_LEAD} ...\n\n## Key milestones\n1. Sum the column."
+    leaky = clean + f"\n- {LEAK_PHRASE} `73519.25`."
+    seed = next(s for s in range(300) if model.solves(LEDGER, "terminus2", seed=s, guided=True))
+    for guidance, copied in ((clean, False), (leaky, True)):
+        messages, typed = drive(model, LEDGER, "terminus2", seed, guidance=guidance)
+        assert any("RSR_EOF" in k for k in typed)  # it solved, following the runbook
+        assert ("echo 73519.25\n" in typed) is copied
+        trajectory = Trajectory(task="ledger", harness="terminus2", messages=[
+            Message(role="system", origin="private", content=guidance),
+            Message(role="user", origin="task", content=messages[1]["content"]),
+            *(Message(role="assistant", origin="model", turn=i, content="{}",
+                      commands=(Command(keystrokes=k),)) for i, k in enumerate(typed)),
+        ])
+        flagged = flag_values(trajectory, instruction=LEDGER)
+        assert ("73519.25" in [leak.value for leak in flagged]) is copied
+        if flagged:
+            reply = model.reply(auditor_messages(instruction=LEDGER, trajectory=trajectory,
+                                                 leaks=flagged))
+            leaked = [leak.value for leak, is_leak, _ in parse_audit(reply, flagged) if is_leak]
+            assert leaked == (["73519.25"] if copied else [])
 
 
 async def test_in_process_chat_usage_limits_and_context() -> None:

@@ -29,7 +29,6 @@ from ..errors import ConfigError, TaskError
 from ..schema import Task
 from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs
-from .exporting import export_run
 from .figures import pipeline_figures, render_figures
 from .runtime import EpisodeRuntime, open_pipeline, prewarm_wave
 from .summary import render_summary, summarise, write_summary
@@ -198,6 +197,8 @@ async def _run(
         path = write_summary(summary, run_dir)
         code = exit_code(engine.statistics(), signals)
         if "export" in stages and code == EXIT_OK:
+            from .exporting import export_run
+
             manifest = await anyio.to_thread.run_sync(
                 partial(
                     export_run,

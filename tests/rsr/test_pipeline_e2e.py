@@ -1,0 +1,128 @@
+"""`run --stages discover,rewrite,verify,export` end to end on bundled tasks: real
+containers, the embedded simulator with the scripted stand-in, a real SQLite store, a
+SIGKILL mid-pipeline and a rerun whose export is byte-identical to a clean run's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rsr_async.engine.store import Store
+from rsr_async.rsr.runtime import run_id_for
+from rsr_async.schema import AuditResult
+from rsr_async.tasks import BUNDLED_SUITE
+from tests.conftest import run_cli_env
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
+
+TASKS = ["word-frequency", "merge-intervals", "fix-app-config"]
+STAGES = "discover,rewrite,verify,export"
+SMALL = ["--set", "rsr.runbooks_per_source=2", "--set", "rsr.executions_per_runbook=2",
+         "--set", "rsr.critic_max_retries=1"]
+
+
+def _dataset(tmp_path: Path) -> Path:
+    listing = tmp_path / "tasks.txt"
+    listing.write_text("".join(f"{BUNDLED_SUITE / n}\n" for n in TASKS))
+    return listing
+
+
+def _cmd(dataset: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "rsr_async", "run", "--dataset", str(dataset), "--run-dir", str(run_dir),
+            "--progress", "none", "--attempts", "2", "--concurrency", "8", "--stages", STAGES,
+            "--allow-scripted", *SMALL, *extra]
+
+
+def _leftovers(run_dir: Path) -> list[str]:
+    return subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=rsr_async.run={run_id_for(run_dir)}"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.split()
+
+
+def _export_files(run_dir: Path) -> dict[str, bytes]:
+    root = run_dir / "export"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _finished(db: Path, stage: str) -> int:
+    if not db.exists():
+        return 0
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        (n,) = con.execute(
+            "SELECT count(*) FROM jobs WHERE stage = ? AND status IN ('succeeded', 'failed')", (stage,)
+        ).fetchone()
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        con.close()
+    return int(n)
+
+
+def _check_run(run_dir: Path) -> dict[str, object]:
+    manifest = json.loads((run_dir / "export" / "manifest.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    with Store.open_readonly(run_dir) as store:
+        for stage in ("discover", "plan", "critique", "execute", "audit"):
+            counts = store.counts(stage=stage)
+            assert counts["infra_error"] == 0, (stage, counts)
+            assert counts["pending"] == counts["running"] == 0, (stage, counts)
+        sources = store.counts(stage="discover")["succeeded"]
+        kept = [a for a in store.outputs(AuditResult, stage="audit")
+                if a.verdict is not None and a.verdict.accepted]
+        direct = sum(1 for r in store.rows(stage="discover", status="succeeded") if r.harness == "terminus2")
+    assert sources > 0, "no source succeeded: nothing to rewrite"
+    figures = summary["pipeline"]
+    assert figures["sources"] == sources and figures["kept"] == len(kept)
+    rows = [json.loads(line) for line in (run_dir / "export" / "sft.jsonl").read_text().splitlines()]
+    assert Counter(r.get("set") for r in rows) == {"rewrite": len(kept), "direct": direct} - Counter()
+    baseline = (run_dir / "export" / "direct_sft.jsonl").read_text().splitlines()
+    assert len(baseline) == sources
+    for line in rows:  # nothing private or harness-specific reaches training data
+        text = json.dumps(line)
+        assert "Runbook" not in text and "ROLE:" not in text
+    assert _leftovers(run_dir) == []
+    return manifest
+
+
+def test_pipeline_end_to_end_then_sigkill_and_rerun_gives_the_same_export(tmp_path: Path) -> None:
+    dataset = _dataset(tmp_path)
+    clean = tmp_path / "clean"
+    out = subprocess.run(_cmd(dataset, clean), env=run_cli_env(), capture_output=True, text=True, timeout=800)
+    assert out.returncode == 0, out.stderr[-4000:]
+    _check_run(clean)
+
+    # The same run, killed once the first rewrite executions have finished, then rerun.
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_cmd(dataset, killed), env=run_cli_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 600
+    try:
+        while _finished(killed / "run.db", "execute") < 1:
+            assert proc.poll() is None, proc.stderr.read()[-4000:] if proc.stderr else ""
+            assert time.monotonic() < deadline, "no rewrite execution finished within 600 s"
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    again = subprocess.run(_cmd(dataset, killed), env=run_cli_env(), capture_output=True, text=True, timeout=800)
+    assert again.returncode == 0, again.stderr[-4000:]
+    _check_run(killed)
+    # every job ran to a final status exactly once over both invocations
+    finals = Counter()
+    for line in (killed / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "job" and event.get("status") in ("succeeded", "failed"):
+            finals[event["key"]] += 1
+    assert finals and set(finals.values()) == {1}
+    assert _export_files(killed) == _export_files(clean)

@@ -210,6 +210,13 @@ class EpisodeResult(msgspec.Struct, kw_only=True):
     started_at: float = 0.0
     finished_at: float = 0.0
     turns: int = 0
+    model: str = ""
+    """Name of the model that produced the episode; "" when none answered (an infra error
+    before the first call) or in stores written before this field existed."""
+    scripted: bool = False
+    """True when that model was the scripted stand-in (a test double): such a result is
+    never a model's result. False in stores written before this field existed (then
+    ``model`` is "" too: the provenance is unknown)."""
 
 
 class Runbook(msgspec.Struct, frozen=True, kw_only=True):

@@ -77,17 +77,19 @@ async def episode_runtime(
         pool = await stack.enter_async_context(
             SandboxPool(config.sandbox, run_id=run_id_for(run_dir), run_dir=run_dir)
         )
+        # A separately started simulator names its model; it is still a test double.
+        scripted = scripted or "scripted" in model.model_name
         yield EpisodeRuntime(
             runner=EpisodeRunner(
                 pool=pool,
                 model=model,
                 harness=config.harness,
+                scripted=scripted,
                 max_concurrent_verifiers=config.sandbox.max_concurrent_verifiers,
             ),
             model=model,
             pool=pool,
-            # A separately started simulator names its model; it is still a test double.
-            scripted=scripted or "scripted" in model.model_name,
+            scripted=scripted,
             gauges={
                 "sandboxes": lambda: float(pool.statistics().live),
                 "cached_share": lambda: model.statistics().usage.cached_share,

@@ -38,6 +38,7 @@ __all__ = [
     "TESTS_DIR",
     "Verification",
     "VerificationError",
+    "clear_for_tests",
     "main_reward",
     "parse_pytest_summary",
     "parse_reward_json",
@@ -261,12 +262,15 @@ fi
 _STOP_REPORT = 'echo "stopped $count"\n'
 
 
+_STOPPED = re.compile(r"^stopped (\d+)$", re.MULTILINE)
+
+
 def _stopped_count(sandbox: Sandbox, output: str) -> int:
-    last = output.strip().rsplit("\n", 1)[-1] if output.strip() else ""
-    count = last.removeprefix("stopped ")
-    if not last.startswith("stopped ") or not count.isdigit():
+    # stdout and stderr arrive merged in no fixed order: find the report, not the last line
+    found = _STOPPED.findall(output)
+    if not found:
         raise SandboxError(f"sandbox {sandbox.id}: stopping the agent's processes said {output[-500:]!r}")
-    return int(count)
+    return int(found[-1])
 
 
 async def stop_agent_processes(sandbox: Sandbox) -> int:
@@ -279,6 +283,18 @@ async def stop_agent_processes(sandbox: Sandbox) -> int:
     Raises :class:`~rsr_async.errors.SandboxError` when one survives SIGKILL.
     """
     return _stopped_count(sandbox, await _control(sandbox, _STOP_SCRIPT + _STOP_REPORT))
+
+
+async def clear_for_tests(sandbox: Sandbox) -> int:
+    """:func:`stop_agent_processes`, then empty ``/tests`` and ``/logs/verifier``, in one
+    exec (the step :func:`verify` takes first); returns how many processes were killed.
+
+    Nothing the agent started may outlive its turn, and a reward it planted (or one left
+    by an earlier verification) must not count. The kill comes first: a live loop would
+    write into the freshly emptied directory.
+    """
+    clear = f"rm -rf {TESTS_DIR} {REWARD_DIR} && mkdir -p {REWARD_DIR} || exit 4\n"
+    return _stopped_count(sandbox, await _control(sandbox, _STOP_SCRIPT + clear + _STOP_REPORT))
 
 
 async def _upload_tests(sandbox: Sandbox, task: Task) -> str:
@@ -320,16 +336,7 @@ async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = Non
     limit = task.verifier_timeout_s if time_limit is None else time_limit
     started = time.monotonic()
     try:
-        # Nothing the agent started may outlive its turn, and a reward it planted (or one
-        # left by an earlier verification) must not count: one exec does both.
-        _stopped_count(
-            sandbox,
-            await _control(
-                sandbox,
-                # killed first: a live loop would write into the freshly emptied directory
-                f"{_STOP_SCRIPT}rm -rf {TESTS_DIR} {REWARD_DIR} && mkdir -p {REWARD_DIR} || exit 4\n{_STOP_REPORT}",
-            ),
-        )
+        await clear_for_tests(sandbox)
         command = await _upload_tests(sandbox, task)
         env = dict(task.verifier_env)
         if task.format == "terminal-bench":

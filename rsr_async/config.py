@@ -370,6 +370,34 @@ def resolve_config_path(name: str | Path) -> Path:
     return CONFIG_DIR / f"{name}.toml"
 
 
+_HARNESS_KEYS = (("run", "harnesses"), ("rsr", "executor_harness"))
+"""Settings that name harnesses: checked against the harness registry at load time."""
+
+
+def _harness_keys_set(patch: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (section, key)
+        for section, key in _HARNESS_KEYS
+        if isinstance(patch.get(section), Mapping) and key in patch[section]
+    ]
+
+
+def _check_harnesses(config: Config, origins: Mapping[tuple[str, str], str]) -> None:
+    """Every harness a source asked for must exist and be built; errors name the source.
+
+    Only keys some source set are checked (the defaults name Terminus 2, which a test
+    holds to the registry), so loading a config imports the harnesses only when needed.
+    """
+    if not origins:
+        return
+    from .harness import check_harness  # the harnesses import this module
+
+    for (section, key), source in origins.items():
+        value = getattr(getattr(config, section), key)
+        for name in (value,) if isinstance(value, str) else value:
+            check_harness(name, where=f"{source}: {section}.{key}")
+
+
 def load_config(
     files: Iterable[str | Path] = (),
     overrides: Iterable[str] = (),
@@ -382,14 +410,24 @@ def load_config(
 
     ``values`` is a nested mapping from CLI flags (e.g. ``{"run": {"concurrency": 512}}``);
     ``base`` is a whole stored config (a run directory's, for the stage commands).
+    A harness name that is unknown, or planned but not built yet, fails here, naming the
+    file (or ``--set``) and key it came from, rather than as an infra error per episode.
     """
     data: dict[str, Any] = json.loads(json.dumps(dict(base))) if base else {}
+    origins: dict[tuple[str, str], str] = {}
     for name in files:
-        data = _merge(data, read_config_file(resolve_config_path(name)))
+        path = resolve_config_path(name)
+        patch = read_config_file(path)
+        origins.update(dict.fromkeys(_harness_keys_set(patch), str(path)))
+        data = _merge(data, patch)
     for text in overrides:
         patch = _parse_override(text)
+        origins.update(dict.fromkeys(_harness_keys_set(patch), f"--set {text}"))
         data = _merge(data, patch)
         _convert(data, f"--set {text}")
     if values:
+        origins.update(dict.fromkeys(_harness_keys_set(values), "command line"))
         data = _merge(data, values)
-    return _convert(data, "command line" if values else "config")
+    config = _convert(data, "command line" if values else "config")
+    _check_harnesses(config, origins)
+    return config

@@ -204,9 +204,12 @@ class JobResult(msgspec.Struct, kw_only=True, tag_field="kind"):
     started_at: float = 0.0
     finished_at: float = 0.0
     model: str = ""
-    """The model that produced it (as the servers name it)."""
+    """Name of the model that produced the result; "" when none answered (an infra error
+    before the first call) or in stores written before this field existed."""
     scripted: bool = False
-    """True when that model was the scripted stand-in (a test double)."""
+    """True when that model was the scripted stand-in (a test double): such a result is
+    never a model's result. False in stores written before this field existed (then
+    ``model`` is "" too: the provenance is unknown)."""
 
     @classmethod
     def ended(

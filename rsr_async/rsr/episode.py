@@ -33,7 +33,8 @@ class EpisodeRunner:
     """Runs an :class:`EpisodeSpec` job: the engine's ``runner`` for episode stages.
 
     An episode succeeds when the verifier gives full marks; partial credit is kept
-    whole in ``rewards`` for the process-reward analysis.
+    whole in ``rewards`` for the process-reward analysis. ``scripted`` says whether
+    ``model`` is the scripted stand-in; every result records it with the model's name.
     """
 
     def __init__(
@@ -42,10 +43,12 @@ class EpisodeRunner:
         pool: SandboxPool,
         model: ChatModel,
         harness: HarnessConfig,
+        scripted: bool,
         max_concurrent_verifiers: int = 8,
     ) -> None:
         self._pool = pool
         self._model = model
+        self._scripted = scripted
         self._harness_config = harness
         self._verifiers = anyio.CapacityLimiter(max_concurrent_verifiers)
 
@@ -98,4 +101,6 @@ class EpisodeRunner:
             started_at=started,
             finished_at=time.time(),
             turns=outcome.turns,
+            model=self._model.model_name,
+            scripted=self._scripted,
         )

@@ -106,6 +106,7 @@ async def episode_runtime(
             pool=pool,
             model=model,
             harness=config.harness,
+            scripted=scripted,
             max_concurrent_verifiers=config.sandbox.max_concurrent_verifiers,
         )
         yield EpisodeRuntime(

@@ -7,7 +7,7 @@ of the stage in the run directory, across resumes. Throughput (``wall_s``,
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,11 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     episodes_this_run: int
     episodes_per_min: float
     peak_sandboxes: int
+    models: dict[str, int] = msgspec.field(default_factory=dict)
+    """Graded episodes (succeeded or failed) per model name their results record; ""
+    counts results that record none (written before results carried their provenance)."""
+    scripted_episodes: int = 0
+    """Graded episodes whose results say the scripted stand-in produced them."""
     pipeline: dict[str, Any] | None = None
     """The rewrite pipeline's figures (:func:`~rsr_async.rsr.figures.pipeline_figures`)
     when ``run`` ran stages after discover."""
@@ -82,8 +87,13 @@ def summarise(
         entry[1] += row.status == "succeeded"
     solved = {task for (task, _), (_, c) in per_task.items() if c > 0}
     usage = Usage()
+    models: Counter[str] = Counter()
+    scripted = 0
     for result in store.results(stage=stage):
         usage = usage + result.usage
+        if result.status in ("succeeded", "failed") and result.key.task in names:
+            models[result.model] += 1
+            scripted += result.scripted
     k = max(1, attempts)
     pairs = [(n, c) for n, c in per_task.values() if n >= k]  # one task set for both
     final = counts["succeeded"] + counts["failed"] + counts["infra_error"] + counts["cancelled"]
@@ -112,6 +122,8 @@ def summarise(
         episodes_this_run=episodes_this_run,
         episodes_per_min=episodes_this_run / (wall_s / 60) if wall_s > 0 else 0.0,
         peak_sandboxes=peak_sandboxes,
+        models=dict(sorted(models.items())),
+        scripted_episodes=scripted,
     )
 
 
@@ -140,11 +152,19 @@ def render_summary(summary: RunSummary) -> object:
         ("episodes/min (this run)", f"{summary.episodes_per_min:.1f}"),
         ("wall time (this run)", f"{summary.wall_s:.1f} s"),
         ("peak live sandboxes", f"{summary.peak_sandboxes}"),
+        ("models (graded episodes)", _models_text(summary.models)),
+        ("scripted stand-in episodes", f"{summary.scripted_episodes} / {sum(summary.models.values())}"),
         ("infrastructure errors", f"{summary.infra_errors}"),
         ("cancelled / unfinished", f"{summary.cancelled} / {summary.pending}"),
     ]
     for name, value in rows:
         table.add_row(name, value)
-    if summary.scripted_model:
+    if summary.scripted_model or summary.scripted_episodes:
         table.caption = "scripted stand-in model: a test double, not a model's results"
     return table
+
+
+def _models_text(models: dict[str, int]) -> str:
+    if not models:
+        return "-"
+    return ", ".join(f"{name or 'unrecorded'} × {count}" for name, count in models.items())

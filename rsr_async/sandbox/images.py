@@ -4,6 +4,8 @@ No registry is reachable, so nothing is ever pulled. The base image is a Debian 
 filesystem made by ``debootstrap`` and imported; task images build from a task's
 ``environment/Dockerfile`` with ``--build-arg BASE_IMAGE=<base>`` and are tagged by a hash
 of the directory's content and the base image's id, so an unchanged task never rebuilds.
+A build context never holds the task's hidden tests or reference solution
+(:func:`hidden_entries`), even when it is the task's root.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "bootstrap_problem",
     "build_task_image",
     "context_digest",
+    "hidden_entries",
     "image_id",
     "task_image_tag",
 ]
@@ -235,11 +238,46 @@ def _slug(name: str) -> str:
     return slug[:80] or "task"
 
 
-def context_digest(directory: Path, *, base_id: str) -> str:
-    """Hash of a build context (paths, modes, link targets, contents) and the base image id."""
+_HIDDEN_NAMES = ("tests", "solution", "solution.sh", "run-tests.sh")
+"""Entries of a task's root that no image may hold: Harbor's ``tests/`` and ``solution/``,
+legacy terminal-bench's ``tests/``, ``solution.sh`` and ``run-tests.sh``."""
+
+
+def hidden_entries(task: Task, context: Path) -> frozenset[str]:
+    """Paths (relative, POSIX) inside build context ``context`` that must stay out of it.
+
+    The hidden tests and the reference solution are what grading and the oracle use; a
+    build context that holds them (a legacy task builds from its root; a Harbor task
+    whose ``environment`` is its root) would put them in the image for a Dockerfile that
+    does ``COPY . /app``. Found by resolved path, so a symlinked context is covered too.
+    """
+    root = Path(task.path).resolve()
+    candidates = [root / name for name in _HIDDEN_NAMES]
+    candidates += [Path(p).resolve() for p in (task.tests_dir, task.solution_path) if p]
+    if task.format == "harbor" and task.solution_path:
+        candidates.append(Path(task.solution_path).resolve().parent)  # solution/ whole
+    base = context.resolve()
+    hidden: set[str] = set()
+    for candidate in candidates:
+        if candidate != base and candidate.is_relative_to(base) and os.path.lexists(candidate):
+            hidden.add(candidate.relative_to(base).as_posix())
+    return frozenset(hidden)
+
+
+def _is_hidden(rel: str, hidden: frozenset[str]) -> bool:
+    return any(rel == h or rel.startswith(h + "/") for h in hidden)
+
+
+def context_digest(directory: Path, *, base_id: str, exclude: frozenset[str] = frozenset()) -> str:
+    """Hash of a build context (paths, modes, link targets, contents) and the base image id.
+
+    Entries in ``exclude`` (relative paths, see :func:`hidden_entries`) and everything
+    under them are not part of the context, so they are not hashed either."""
     digest = hashlib.sha256(f"base={base_id}\n".encode())
     for path in sorted(directory.rglob("*"), key=lambda p: p.relative_to(directory).as_posix()):
         rel = path.relative_to(directory).as_posix()
+        if _is_hidden(rel, exclude):
+            continue
         info = path.lstat()
         digest.update(f"{rel}\0{stat.S_IMODE(info.st_mode) & 0o111:o}\0".encode())
         if stat.S_ISLNK(info.st_mode):
@@ -260,11 +298,14 @@ def task_image_tag(task_name: str, digest: str) -> str:
     return f"rsr-task-{_slug(task_name)}:{digest[:20]}"
 
 
-def _context_tar(directory: Path) -> bytes:
+def _context_tar(directory: Path, exclude: frozenset[str] = frozenset()) -> bytes:
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if _is_hidden(info.name, exclude) else info  # None: not added, not recursed
+
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for path in sorted(directory.iterdir()):
-            archive.add(str(path), arcname=path.name)
+            archive.add(str(path), arcname=path.name, filter=keep)
     return buffer.getvalue()
 
 
@@ -305,12 +346,15 @@ async def build_task_image(
             f"task {task.name!r}: base image {base_image} is missing on {url}; "
             "run `python -m rsr_async images bootstrap`"
         )
-    digest = await anyio.to_thread.run_sync(lambda: context_digest(env_dir, base_id=base_id))
+    hidden = await anyio.to_thread.run_sync(hidden_entries, task, env_dir)
+    digest = await anyio.to_thread.run_sync(
+        lambda: context_digest(env_dir, base_id=base_id, exclude=hidden)
+    )
     tag = task_image_tag(task.name, digest)
     with docker_errors(f"task {task.name!r}: image", url=url):
         if await image_id(docker, tag, timeout_s=api_timeout_s) is not None:
             return tag, False
-    context = await anyio.to_thread.run_sync(_context_tar, env_dir)
+    context = await anyio.to_thread.run_sync(_context_tar, env_dir, hidden)
     lines: list[str] = []
     try:
         with anyio.fail_after(task.build_timeout_s):

@@ -6,6 +6,10 @@ timeout, then read ``/logs/verifier/reward.json`` (a flat map name → number) o
 ``run-tests.sh`` to ``/tests``, run it, and parse the pytest summary (resolved = every
 test passed).
 
+Before the tests run, every process the agent left in the sandbox is killed and
+``/logs/verifier`` is emptied: only the tests write the reward (a background loop that
+keeps writing ``1`` to ``reward.txt`` does not turn a failure into a pass).
+
 A missing, empty or unparseable reward is a :class:`VerificationError` (an
 :class:`~rsr_async.errors.VerifierError`, i.e. infrastructure, never a zero). The tests
 and reward files are removed again afterwards, so an agent that keeps acting in the same
@@ -34,10 +38,12 @@ __all__ = [
     "TESTS_DIR",
     "Verification",
     "VerificationError",
+    "clear_for_tests",
     "main_reward",
     "parse_pytest_summary",
     "parse_reward_json",
     "parse_reward_txt",
+    "stop_agent_processes",
     "try_verify",
     "verify",
 ]
@@ -193,6 +199,104 @@ async def _control(sandbox: Sandbox, command: str) -> str:
     return result.output
 
 
+# Runs in a fresh exec (Docker cannot kill an exec, and nothing the agent started may
+# outlive its turn): freeze every process except the container's own (pid 1 and, under
+# Docker's init, the command it started: pid 1's oldest child, since nothing the agent
+# starts can be older) and this script's own exec, round after round until no new one
+# appears (a loop forks between reading /proc and the signal), then SIGKILL them all and
+# wait until they are gone. Bash builtins only while reading /proc, so the script forks
+# nothing that it would then have to tell apart from the agent's processes.
+_STOP_SCRIPT = r"""
+keep=" 1 "
+p=$$
+while [ "$p" -gt 1 ]; do
+  keep+="$p "
+  read -r s < /proc/$p/stat || break
+  s=${s##*) }; set -- $s; p=$2
+done
+read -r init < /proc/1/comm
+if [ "$init" = docker-init ] || [ "$init" = tini ]; then
+  first= ; oldest=
+  for d in /proc/[0-9]*; do
+    read -r s 2>/dev/null < $d/stat || continue
+    s=${s##*) }; set -- $s
+    [ "$2" = 1 ] || continue
+    if [ -z "$oldest" ] || [ "${20}" -lt "$oldest" ]; then first=${d#/proc/}; oldest=${20}; fi
+  done
+  keep+="$first "
+fi
+found=
+scan() {
+  found=
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    case "$keep" in *" $pid "*) continue ;; esac
+    read -r s 2>/dev/null < $d/stat || continue
+    s=${s##*) }; set -- $s
+    [ "$1" = Z ] || [ "$1" = X ] || [ "$2" = "$$" ] || found+="$pid "
+  done
+}
+stopped=" "
+count=0
+for round in {1..200}; do
+  scan
+  new=0
+  for pid in $found; do
+    case "$stopped" in *" $pid "*) continue ;; esac
+    kill -STOP "$pid" 2>/dev/null
+    stopped+="$pid "; new=1; count=$((count + 1))
+  done
+  [ $new = 0 ] && break
+done
+for round in {1..200}; do
+  scan
+  [ -z "$found" ] && break
+  for pid in $found; do kill -KILL "$pid" 2>/dev/null; done
+  sleep 0.01
+done
+if [ -n "$found" ]; then
+  echo "still running after SIGKILL: $found"
+  exit 3
+fi
+"""
+_STOP_REPORT = 'echo "stopped $count"\n'
+
+
+_STOPPED = re.compile(r"^stopped (\d+)$", re.MULTILINE)
+
+
+def _stopped_count(sandbox: Sandbox, output: str) -> int:
+    # stdout and stderr arrive merged in no fixed order: find the report, not the last line
+    found = _STOPPED.findall(output)
+    if not found:
+        raise SandboxError(f"sandbox {sandbox.id}: stopping the agent's processes said {output[-500:]!r}")
+    return int(found[-1])
+
+
+async def stop_agent_processes(sandbox: Sandbox) -> int:
+    """Kill every process in ``sandbox`` except the container's own; return how many.
+
+    :func:`verify` does this (in the same exec that empties ``/logs/verifier``) before
+    the hidden tests run: a process the agent left behind (a background loop writing
+    ``/logs/verifier/reward.txt``, under ``nohup``, ``setsid`` or a double fork) must not
+    turn a failure into a success. The agent's shell, and any server it started, die too.
+    Raises :class:`~rsr_async.errors.SandboxError` when one survives SIGKILL.
+    """
+    return _stopped_count(sandbox, await _control(sandbox, _STOP_SCRIPT + _STOP_REPORT))
+
+
+async def clear_for_tests(sandbox: Sandbox) -> int:
+    """:func:`stop_agent_processes`, then empty ``/tests`` and ``/logs/verifier``, in one
+    exec (the step :func:`verify` takes first); returns how many processes were killed.
+
+    Nothing the agent started may outlive its turn, and a reward it planted (or one left
+    by an earlier verification) must not count. The kill comes first: a live loop would
+    write into the freshly emptied directory.
+    """
+    clear = f"rm -rf {TESTS_DIR} {REWARD_DIR} && mkdir -p {REWARD_DIR} || exit 4\n"
+    return _stopped_count(sandbox, await _control(sandbox, _STOP_SCRIPT + clear + _STOP_REPORT))
+
+
 async def _upload_tests(sandbox: Sandbox, task: Task) -> str:
     """Put the hidden tests in place; returns the command that runs them."""
     tests = Path(task.tests_dir)
@@ -219,6 +323,10 @@ async def _read_reward(sandbox: Sandbox) -> tuple[str, str]:
 async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = None) -> Verification:
     """Run the task's hidden tests in ``sandbox`` (after the agent is done) and read the reward.
 
+    First every process the agent left running is killed (:func:`stop_agent_processes`:
+    its shell and any server it started go too) and ``/logs/verifier`` is emptied, so
+    nothing but the tests writes the reward.
+
     Raises :class:`VerificationError` when the tests time out or leave no usable reward,
     :class:`~rsr_async.errors.SandboxError` when the sandbox itself fails, and
     :class:`~rsr_async.errors.TaskError` when the task has no tests.
@@ -228,8 +336,7 @@ async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = Non
     limit = task.verifier_timeout_s if time_limit is None else time_limit
     started = time.monotonic()
     try:
-        # A reward planted by the agent, or left by an earlier verification, must not count.
-        await _control(sandbox, f"rm -rf {TESTS_DIR} {REWARD_DIR} && mkdir -p {REWARD_DIR}")
+        await clear_for_tests(sandbox)
         command = await _upload_tests(sandbox, task)
         env = dict(task.verifier_env)
         if task.format == "terminal-bench":

@@ -22,6 +22,7 @@ from rsr_async.schema import (
     PlanSpec,
     Runbook,
     Task,
+    Trajectory,
 )
 
 TASK = Task(name="t", path="", instruction="do it")
@@ -37,7 +38,8 @@ def config(concurrency: int = 8, model_concurrency: int = 8) -> Config:
 def plan_job(source: JobKey, index: int) -> Job:
     key = JobKey(stage="plan", task=source.task, harness=source.harness,
                  attempt=source.attempt, runbook=f"r{index}d0")
-    return Job.of(PlanSpec(key=key, task=TASK, source_key=str(source), source="...", index=index, count=2))
+    return Job.of(PlanSpec(key=key, task=TASK, source_key=str(source), source="...", index=index, count=2,
+                           source_trajectory=Trajectory(task=source.task, harness=source.harness)))
 
 
 def exec_job(plan: JobKey, execution: int) -> Job:

@@ -34,10 +34,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Reply",
     "confirm_message",
+    "feedback",
+    "first_prompt",
     "observe",
     "output_limit_message",
     "parse_error_message",
     "parse_reply",
+    "refused",
     "render",
     "truncate_output",
     "with_warnings",
@@ -312,6 +315,36 @@ def observe(shell: ShellSession, max_bytes: int = 10000) -> str:
 # ---------------------------------------------------------------- feedback messages
 
 
+def feedback(reply: Reply) -> str:
+    """Terminus's feedback line for a reply: ``ERROR: ...`` and/or ``WARNINGS: ...``."""
+    if reply.error:
+        text = f"ERROR: {reply.error}"
+        return f"{text}\nWARNINGS: {reply.warning_text}" if reply.warnings else text
+    return f"WARNINGS: {reply.warning_text}" if reply.warnings else ""
+
+
+def refused(reply: Reply) -> bool:
+    """Whether Terminus runs nothing and asks for a proper reply.
+
+    Terminus decides by looking for ``ERROR:`` in the feedback text, so a warning that
+    quotes a model's field named ``ERROR:`` refuses the reply too; we keep that quirk.
+    """
+    return "ERROR:" in feedback(reply)
+
+
+def first_prompt(
+    instruction: str, terminal_state: str, *, default_duration: float, max_duration: float
+) -> str:
+    """Terminus's first message: role, schema, rules, the task and the terminal state."""
+    return render(
+        "terminus-json-plain",
+        instruction=instruction,
+        terminal_state=terminal_state,
+        default_duration=default_duration,
+        max_duration=f"{max_duration:g}",
+    )
+
+
 def with_warnings(observation: str, reply: Reply) -> str:
     """The next prompt: the observation, with the reply's warnings in front if any."""
     if not reply.warnings:
@@ -319,25 +352,26 @@ def with_warnings(observation: str, reply: Reply) -> str:
     return render("warnings", warnings=reply.warning_text, observation=observation)
 
 
-def confirm_message(observation: str, reply: Reply) -> str:
-    """Ask the model to confirm ``task_complete`` (warnings in front if any)."""
-    message = render("confirm", terminal_state=observation)
-    if not reply.warnings:
-        return message
-    return render("warnings", warnings=reply.warning_text, observation=message)
+def confirm_message(observation: str) -> str:
+    """Ask the model to confirm ``task_complete``; Terminus shows no warnings here."""
+    return render("confirm", terminal_state=observation)
 
 
 def parse_error_message(reply: Reply) -> str:
-    """The next prompt after an unusable reply: the error, the warnings, a request."""
-    feedback = f"ERROR: {reply.error}"
-    if reply.warnings:
-        feedback += f"\nWARNINGS: {reply.warning_text}"
-    return render("parse_error", feedback=feedback)
+    """The next prompt after a refused reply: the feedback, and a request for a proper one."""
+    return render("parse_error", feedback=feedback(reply))
 
 
-def output_limit_message(max_tokens: int, truncated: str, *, default_duration: float) -> str:
-    """The next prompt after a reply cut by the output-token limit (nothing was run)."""
-    message = render("output_limit", max_tokens=max_tokens)
+def output_limit_message(
+    truncated: str, limit: int | None = None, *, default_duration: float = 1.0
+) -> str:
+    """The next prompt after a reply cut by the output-token limit (nothing was run).
+
+    ``limit`` is the model's output limit as LiteLLM would report it; Terminus says "the
+    maximum output length" when LiteLLM does not know the model (any self-served one).
+    """
+    named = f"{limit} tokens" if limit is not None else "the maximum output length"
+    message = render("output_limit", limit=named)
     warnings = parse_reply(truncated, default_duration=default_duration).warning_text
     if warnings:
         message += render("output_limit_warnings", warnings=warnings)

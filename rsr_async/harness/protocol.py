@@ -1,10 +1,13 @@
 """The Terminus protocol pieces every harness shares (Terminus 2, and later StateM, RSRT).
 
 - :func:`parse_reply` reads a model reply in Terminus 2's JSON schema, with Terminus's
-  warnings (extra text, field order, unknown fields, missing duration) and its two
-  auto-corrections (missing closing braces; JSON inside mixed text).
-- :func:`render` fills a protocol text from ``templates/``; the wording follows
-  Terminus 2's own prompts so trajectories stay in distribution.
+  warnings (extra text, field order, unknown command fields, missing duration) and its
+  two auto-corrections (missing closing braces; JSON inside mixed text): a port of
+  Harbor 0.25.0's parser, checked on a recorded corpus (``tests/harness/golden/``).
+- :func:`render` fills a protocol text from ``templates/``; :func:`first_prompt`,
+  :func:`confirm_message`, :func:`parse_error_message`, :func:`with_warnings` and
+  :func:`output_limit_message` give the texts byte for byte as Harbor's Terminus 2
+  does (checked against recorded texts), so trajectories stay in distribution.
 - :func:`truncate_output` and :func:`observe` build observations the way Terminus 2
   does: ``New Terminal Output:`` or ``Current Terminal Screen:``, cut to 10,000 bytes
   keeping the head and the tail.

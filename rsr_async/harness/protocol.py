@@ -1,10 +1,13 @@
 """The Terminus protocol pieces every harness shares (Terminus 2, and later StateM, RSRT).
 
 - :func:`parse_reply` reads a model reply in Terminus 2's JSON schema, with Terminus's
-  warnings (extra text, field order, unknown fields, missing duration) and its two
-  auto-corrections (missing closing braces; JSON inside mixed text).
-- :func:`render` fills a protocol text from ``templates/``; the wording follows
-  Terminus 2's own prompts so trajectories stay in distribution.
+  warnings (extra text, field order, unknown command fields, missing duration) and its
+  two auto-corrections (missing closing braces; JSON inside mixed text): a port of
+  Harbor 0.25.0's parser, checked on a recorded corpus (``tests/harness/golden/``).
+- :func:`render` fills a protocol text from ``templates/``; :func:`first_prompt`,
+  :func:`confirm_message`, :func:`parse_error_message`, :func:`with_warnings` and
+  :func:`output_limit_message` give the texts byte for byte as Harbor's Terminus 2
+  does (checked against recorded texts), so trajectories stay in distribution.
 - :func:`truncate_output` and :func:`observe` build observations the way Terminus 2
   does: ``New Terminal Output:`` or ``Current Terminal Screen:``, cut to 10,000 bytes
   keeping the head and the tail.
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -35,17 +37,19 @@ if TYPE_CHECKING:
 __all__ = [
     "Reply",
     "confirm_message",
+    "feedback",
+    "first_prompt",
     "observe",
     "output_limit_message",
     "parse_error_message",
     "parse_reply",
+    "refused",
     "render",
     "truncate_output",
     "with_warnings",
 ]
 
 REQUIRED_FIELDS = ("analysis", "plan", "commands")
-KNOWN_FIELDS = frozenset((*REQUIRED_FIELDS, "task_complete"))
 KNOWN_COMMAND_FIELDS = frozenset(("keystrokes", "duration"))
 
 
@@ -90,25 +94,33 @@ def render(name: str, **fields: object) -> str:
 
 
 # ---------------------------------------------------------------- parsing
+#
+# A line-by-line port of Harbor 0.25.0's ``TerminusJSONPlainParser``: every branch, and
+# every quirk a model can notice (a ``}`` before the reply, a boolean duration, an integer
+# ``task_complete``), gives the same commands, error and warnings. The golden corpus in
+# ``tests/harness/golden/`` is recorded from Harbor's own parser.
+
+_FIXABLE_BY_CLOSING = ("Invalid JSON", "Expecting", "Unterminated", "No valid JSON found")
+"""Errors after which Harbor tries appending the missing closing braces."""
 
 
 def parse_reply(text: str, *, default_duration: float = 1.0) -> Reply:
     """Parse a Terminus 2 JSON reply, auto-correcting near-JSON with a warning.
 
     The first balanced ``{...}`` object is the reply. When it cannot be used, two fixes
-    are tried in Terminus's order: append missing closing braces, then take the first
-    valid JSON object out of mixed text. A fix that yields a usable reply adds an
-    ``AUTO-CORRECTED`` warning in front of the others.
+    are tried in Terminus's order: append missing closing braces (only after a JSON
+    syntax error or no JSON at all), then take the first valid JSON object out of mixed
+    text. A fix that yields a usable reply adds an ``AUTO-CORRECTED`` warning in front
+    of the others; when none does, the first attempt's error stands.
     """
     result = _try_parse(text, default_duration)
     if not result.error:
         return result
-    fixes: tuple[tuple[str, Callable[[str], str | None]], ...] = (
-        ("Fixed incomplete JSON by adding missing closing brace", _close_braces),
-        ("Extracted JSON from mixed content", _first_json_object),
+    fixes: tuple[tuple[str, str | None], ...] = (
+        ("Fixed incomplete JSON by adding missing closing brace", _close_braces(text, result.error)),
+        ("Extracted JSON from mixed content", _first_json_object(text)),
     )
-    for fix_name, fix in fixes:
-        fixed = fix(text)
+    for fix_name, fixed in fixes:
         if fixed is None:
             continue
         corrected = _try_parse(fixed, default_duration)
@@ -127,33 +139,21 @@ def _try_parse(text: str, default_duration: float) -> Reply:
         data: Any = json.loads(content)
     except json.JSONDecodeError as exc:
         # The model needs to see what we read to fix its escaping.
-        preview = repr(content) if len(content) < 200 else f"{content[:100]!r}..."
-        label = "Content" if len(content) < 200 else "Content preview"
-        error = f"Invalid JSON: {exc} | {label}: {preview}"
+        error = f"Invalid JSON: {exc}"
+        if len(content) < 200:
+            error += f" | Content: {content!r}"
+        else:
+            error += f" | Content preview: {content[:100]!r}..."
         return Reply(error=error, warnings=tuple(warnings))
-    if not isinstance(data, dict):
-        return Reply(error="Response must be a JSON object", warnings=tuple(warnings))
-    missing = [field for field in REQUIRED_FIELDS if field not in data]
-    if missing:
-        error = f"Missing required fields: {', '.join(missing)}"
+    error = _check_structure(data, content, warnings)
+    if error:
         return Reply(error=error, warnings=tuple(warnings))
-    warnings.extend(
-        f"Field '{field}' should be a string"
-        for field in ("analysis", "plan")
-        if not isinstance(data[field], str)
-    )
-    if not isinstance(data["commands"], list):
-        return Reply(error="Field 'commands' must be an array", warnings=tuple(warnings))
-    _check_field_order(content, warnings)
-    unknown = sorted(set(data) - KNOWN_FIELDS)
-    if unknown:
-        warnings.append(f"Unknown fields: {', '.join(unknown)}")
     task_complete = data.get("task_complete", False)
-    if task_complete is not None and not isinstance(task_complete, bool | str):
-        warnings.append("Field 'task_complete' should be a boolean or string")
-    complete = task_complete is True or (
-        isinstance(task_complete, str) and task_complete.lower() in ("true", "1", "yes")
-    )
+    if isinstance(task_complete, str):
+        task_complete = task_complete.lower() in ("true", "1", "yes")
+    # Terminus tests the value for truth: an integer 1 (or a non-empty list) claims completion.
+    complete = bool(task_complete)
+    analysis, plan = data.get("analysis", ""), data.get("plan", "")
     commands, error = _parse_commands(data["commands"], warnings, default_duration)
     if error:
         if not complete:
@@ -162,8 +162,8 @@ def _try_parse(text: str, default_duration: float) -> Reply:
         warnings.append(error)
         commands = []
     return Reply(
-        analysis=str(data["analysis"]),
-        plan=str(data["plan"]),
+        analysis=analysis if isinstance(analysis, str) else json.dumps(analysis),
+        plan=plan if isinstance(plan, str) else json.dumps(plan),
         commands=tuple(commands),
         task_complete=complete,
         warnings=tuple(warnings),
@@ -171,7 +171,11 @@ def _try_parse(text: str, default_duration: float) -> Reply:
 
 
 def _extract_object(text: str, warnings: list[str]) -> str:
-    """The first balanced top-level ``{...}``, string-aware; warns about text around it."""
+    """The first balanced top-level ``{...}``; warns about text around it.
+
+    As in Terminus, a backslash escapes the next character even outside strings, and a
+    ``}`` before any ``{`` drives the depth below zero, so no object is found after it.
+    """
     start = -1
     depth = 0
     in_string = False
@@ -189,9 +193,9 @@ def _extract_object(text: str, warnings: list[str]) -> str:
             if depth == 0:
                 start = i
             depth += 1
-        elif char == "}" and depth > 0:
+        elif char == "}":
             depth -= 1
-            if depth == 0:
+            if depth == 0 and start != -1:
                 if text[:start].strip():
                     warnings.append("Extra text detected before JSON object")
                 if text[i + 1 :].strip():
@@ -201,16 +205,37 @@ def _extract_object(text: str, warnings: list[str]) -> str:
     return ""
 
 
+def _check_structure(data: Any, content: str, warnings: list[str]) -> str:
+    """Terminus's structure check: the error, or ``""`` (warnings go to ``warnings``)."""
+    if not isinstance(data, dict):
+        return "Response must be a JSON object"
+    missing = [field for field in REQUIRED_FIELDS if field not in data]
+    if missing:
+        return f"Missing required fields: {', '.join(missing)}"
+    warnings.extend(
+        f"Field '{field}' should be a string"
+        for field in ("analysis", "plan")
+        if not isinstance(data[field], str)
+    )
+    if not isinstance(data["commands"], list):
+        return "Field 'commands' must be an array"
+    _check_field_order(content, warnings)
+    task_complete = data.get("task_complete")
+    if task_complete is not None and not isinstance(task_complete, bool | str):
+        warnings.append("Field 'task_complete' should be a boolean or string")
+    return ""
+
+
 def _check_field_order(content: str, warnings: list[str]) -> None:
     positions: dict[str, int] = {}
     for field in REQUIRED_FIELDS:
-        match = re.search(rf'"{field}"\s*:', content)
+        match = re.search(rf'"({field})"\s*:', content)
         if match:
             positions[field] = match.start()
     if len(positions) < 2:
         return
     expected = [field for field in REQUIRED_FIELDS if field in positions]
-    actual = sorted(positions, key=positions.__getitem__)
+    actual = sorted(expected, key=positions.__getitem__)
     if actual != expected:
         warnings.append(
             f"Fields appear in wrong order. Found: {' → '.join(actual)}, "
@@ -230,26 +255,30 @@ def _parse_commands(
         keystrokes = item["keystrokes"]
         if not isinstance(keystrokes, str):
             return [], f"Command {i} 'keystrokes' must be a string"
-        duration = item.get("duration")
         if "duration" not in item:
             warnings.append(f"Command {i}: Missing duration field, using default {default_duration}")
             duration = default_duration
-        elif isinstance(duration, bool) or not isinstance(duration, int | float):
+        elif isinstance(item["duration"], int | float):  # a bool is an int here, as in Terminus
+            duration = float(item["duration"])
+        else:
             warnings.append(f"Command {i}: Invalid duration value, using default {default_duration}")
             duration = default_duration
         unknown = sorted(set(item) - KNOWN_COMMAND_FIELDS)
         if unknown:
+            # Terminus joins a set (its order varies per process); sorted is one such order.
             warnings.append(f"Command {i}: Unknown fields: {', '.join(unknown)}")
-        if i < len(items) and not keystrokes.endswith("\n"):
+        if i < len(items) and keystrokes and not keystrokes.endswith("\n"):
             warnings.append(
                 f"Command {i} should end with newline when followed by another command. "
                 "Otherwise the two commands will be concatenated together on the same line."
             )
-        commands.append(Command(keystrokes=keystrokes, duration=float(duration)))
+        commands.append(Command(keystrokes=keystrokes, duration=duration))
     return commands, ""
 
 
-def _close_braces(text: str) -> str | None:
+def _close_braces(text: str, error: str) -> str | None:
+    if not any(marker in error for marker in _FIXABLE_BY_CLOSING):
+        return None
     missing = text.count("{") - text.count("}")
     return text + "}" * missing if missing > 0 else None
 
@@ -289,6 +318,36 @@ def observe(shell: ShellSession, max_bytes: int = 10000) -> str:
 # ---------------------------------------------------------------- feedback messages
 
 
+def feedback(reply: Reply) -> str:
+    """Terminus's feedback line for a reply: ``ERROR: ...`` and/or ``WARNINGS: ...``."""
+    if reply.error:
+        text = f"ERROR: {reply.error}"
+        return f"{text}\nWARNINGS: {reply.warning_text}" if reply.warnings else text
+    return f"WARNINGS: {reply.warning_text}" if reply.warnings else ""
+
+
+def refused(reply: Reply) -> bool:
+    """Whether Terminus runs nothing and asks for a proper reply.
+
+    Terminus decides by looking for ``ERROR:`` in the feedback text, so a warning that
+    quotes a model's field named ``ERROR:`` refuses the reply too; we keep that quirk.
+    """
+    return "ERROR:" in feedback(reply)
+
+
+def first_prompt(
+    instruction: str, terminal_state: str, *, default_duration: float, max_duration: float
+) -> str:
+    """Terminus's first message: role, schema, rules, the task and the terminal state."""
+    return render(
+        "terminus-json-plain",
+        instruction=instruction,
+        terminal_state=terminal_state,
+        default_duration=default_duration,
+        max_duration=f"{max_duration:g}",
+    )
+
+
 def with_warnings(observation: str, reply: Reply) -> str:
     """The next prompt: the observation, with the reply's warnings in front if any."""
     if not reply.warnings:
@@ -296,25 +355,26 @@ def with_warnings(observation: str, reply: Reply) -> str:
     return render("warnings", warnings=reply.warning_text, observation=observation)
 
 
-def confirm_message(observation: str, reply: Reply) -> str:
-    """Ask the model to confirm ``task_complete`` (warnings in front if any)."""
-    message = render("confirm", terminal_state=observation)
-    if not reply.warnings:
-        return message
-    return render("warnings", warnings=reply.warning_text, observation=message)
+def confirm_message(observation: str) -> str:
+    """Ask the model to confirm ``task_complete``; Terminus shows no warnings here."""
+    return render("confirm", terminal_state=observation)
 
 
 def parse_error_message(reply: Reply) -> str:
-    """The next prompt after an unusable reply: the error, the warnings, a request."""
-    feedback = f"ERROR: {reply.error}"
-    if reply.warnings:
-        feedback += f"\nWARNINGS: {reply.warning_text}"
-    return render("parse_error", feedback=feedback)
+    """The next prompt after a refused reply: the feedback, and a request for a proper one."""
+    return render("parse_error", feedback=feedback(reply))
 
 
-def output_limit_message(max_tokens: int, truncated: str, *, default_duration: float) -> str:
-    """The next prompt after a reply cut by the output-token limit (nothing was run)."""
-    message = render("output_limit", max_tokens=max_tokens)
+def output_limit_message(
+    truncated: str, limit: int | None = None, *, default_duration: float = 1.0
+) -> str:
+    """The next prompt after a reply cut by the output-token limit (nothing was run).
+
+    ``limit`` is the model's output limit as LiteLLM would report it; Terminus says "the
+    maximum output length" when LiteLLM does not know the model (any self-served one).
+    """
+    named = f"{limit} tokens" if limit is not None else "the maximum output length"
+    message = render("output_limit", limit=named)
     warnings = parse_reply(truncated, default_duration=default_duration).warning_text
     if warnings:
         message += render("output_limit_warnings", warnings=warnings)

@@ -93,12 +93,15 @@ class Terminus2:
         prompt = ep.first_prompt()
         origin: Origin = "task"
         pending_completion = False
+        retrying_cut_reply = False
         while ep.turns < ep.max_turns:
-            completion = await ep.ask_turn(prompt, origin)
-            if completion.finish_reason == "length":
+            # Terminus re-asks after a cut reply at once, without its free-context check.
+            completion = await ep.ask_turn(prompt, origin, may_hand_off=not retrying_cut_reply)
+            retrying_cut_reply = completion.finish_reason == "length"
+            if retrying_cut_reply:
                 ep.record_reply(completion)
                 prompt, origin = ep.output_limit_message(completion), "harness"
-            elif (reply := protocol.parse_reply(completion.text, **ep.parse_options)).error:
+            elif protocol.refused(reply := protocol.parse_reply(completion.text, **ep.parse_options)):
                 ep.record_reply(completion)
                 prompt, origin = protocol.parse_error_message(reply), "harness"
             else:
@@ -111,7 +114,7 @@ class Terminus2:
                     raise _EpisodeEnd("error", "the shell exited (did the model type `exit`?)")
                 pending_completion = reply.task_complete
                 if pending_completion:
-                    prompt, origin = protocol.confirm_message(observation, reply), "harness"
+                    prompt, origin = protocol.confirm_message(observation), "harness"
                 else:
                     prompt, origin = protocol.with_warnings(observation, reply), "env"
             ep.checkpoint()
@@ -197,12 +200,11 @@ class _Episode:
             guidance = render("guidance", guidance=self.spec.guidance)
             self.context.append({"role": "system", "content": guidance})
             self._note("system", guidance, "private", self.now())
-        return render(
-            "terminus-json-plain",
-            instruction=self.spec.task.instruction,
-            terminal_state=protocol.screen_text(self.shell, self.config.max_observation_bytes),
+        return protocol.first_prompt(
+            self.spec.task.instruction,
+            protocol.screen_text(self.shell, self.config.max_observation_bytes),
             default_duration=self.config.default_duration_s,
-            max_duration=f"{self.config.max_duration_s:g}",
+            max_duration=self.config.max_duration_s,
         )
 
     async def ask(self, context: list[ChatMessage], content: str, origin: Origin) -> Completion:
@@ -221,33 +223,39 @@ class _Episode:
         self._note("user", content, origin, at)
         return completion
 
-    async def ask_turn(self, prompt: str, origin: Origin) -> Completion:
-        """A turn's call; hands off first when free context is low or the prompt does not fit."""
+    async def ask_turn(self, prompt: str, origin: Origin, *, may_hand_off: bool = True) -> Completion:
+        """A turn's call; hands off first when free context is low or the prompt does not fit.
+
+        A handoff replaces ``prompt`` (the pending observation) with the handoff prompt,
+        as Terminus does: the new context learns the state from the answers instead.
+        """
         self.turn = self.turns
         self.turns += 1
-        if self.turn and self.model.context_length - self.context_tokens < self.config.handoff_free_tokens:
-            prompt, origin = await self.handoff(prompt), "harness"
+        free = self.model.context_length - self.context_tokens
+        if may_hand_off and self.turn and free < self.config.handoff_free_tokens:
+            prompt, origin = await self.handoff(), "harness"
         try:
             completion = await self.ask(self.context, prompt, origin)
         except ContextLengthError as exc:
             if self.turn == 0:
                 raise _EpisodeEnd("context", f"the task prompt does not fit: {exc}") from exc
-            completion = await self.ask_after_handoff(prompt)
+            completion = await self.ask_after_handoff()
         self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
         return completion
 
-    async def ask_after_handoff(self, prompt: str) -> Completion:
-        prompt = await self.handoff(prompt)
+    async def ask_after_handoff(self) -> Completion:
+        prompt = await self.handoff()
         try:
             return await self.ask(self.context, prompt, "harness")
         except ContextLengthError as exc:
             raise _EpisodeEnd("context", f"the prompt does not fit after a handoff: {exc}") from exc
 
     def output_limit_message(self, completion: Completion) -> str:
-        # A client that reports no token count gets Terminus's own fixed figure.
-        limit = completion.usage.completion_tokens or 4096
+        # Terminus names the limit LiteLLM knows for the model; it knows no self-served
+        # model, so Terminus says "the maximum output length", and so do we. That also
+        # keeps our max_new_tokens (SGLang needs one; Terminus sends none) unseen.
         return protocol.output_limit_message(
-            limit, completion.text, default_duration=self.config.default_duration_s
+            completion.text, None, default_duration=self.config.default_duration_s
         )
 
     # ------------------------------------------------------------ the shell
@@ -275,30 +283,33 @@ class _Episode:
 
     # ------------------------------------------------------------ context handoff
 
-    async def handoff(self, pending: str) -> str:
-        """Summary (old context) -> questions (new context) -> answers (old context).
+    async def handoff(self) -> str:
+        """Summary (old context) -> questions (empty history) -> answers (old context).
 
-        Returns the first prompt of the new context: the answers, then ``pending``.
+        As in Terminus: the new context is the task prompt, the questions prompt and the
+        questions; the returned handoff prompt (the answers) is its next message.
         """
         self.handoffs += 1
         instruction = self.spec.task.instruction
         old = self.context
         summary = await self._ask_unwinding(old, render("handoff_summary", instruction=instruction))
-        new = self.base_context()
-        screen = protocol.truncate_output(self.shell.screen(), self.config.max_observation_bytes)
-        asking = render("handoff_questions", instruction=instruction, summary=summary, screen=screen)
+        asking = render(
+            "handoff_questions", instruction=instruction, summary=summary, screen=self.shell.screen()
+        )
+        fresh: list[ChatMessage] = []
         try:
-            questions = await self.ask(new, asking, "harness")
+            questions = await self.ask(fresh, asking, "harness")
         except ContextLengthError as exc:
             raise _EpisodeEnd("context", f"the handoff questions do not fit: {exc}") from exc
         self.record_reply(questions)
         answers = await self._ask_unwinding(old, render("handoff_answers", questions=questions.text))
-        self.context = new
+        self.context = [*self.base_context(), *fresh]
+        # The questions call did not carry the task prompt: a lower bound until the next call.
         self.context_tokens = questions.usage.prompt_tokens + questions.usage.completion_tokens
         free = self.model.context_length - self.context_tokens
         if free < self.config.handoff_free_tokens:
             raise _EpisodeEnd("context", f"only {free} tokens free right after a handoff")
-        return render("handoff_resume", answers=answers) + "\n\n" + pending
+        return render("handoff_resume", answers=answers)
 
     async def _ask_unwinding(self, context: list[ChatMessage], content: str) -> str:
         """Ask on the old context, dropping its latest exchanges while the prompt does not fit."""

@@ -257,7 +257,8 @@ async def test_a_reply_cut_by_the_output_limit_runs_nothing() -> None:
     assert shell.sent == ["echo b\n"]
     message = last_user(model.calls[1].messages)
     assert message.startswith("ERROR!! NONE of the actions you just requested were performed")
-    assert "maximum output length of 4096 tokens" in message
+    # Terminus names no number for a model LiteLLM does not know; our max_new_tokens stays unseen.
+    assert "the maximum output length" in message and "4096" not in message
     assert outcome.trajectory.messages[2].origin == "harness"
     assert outcome.end_reason == "completed"
 
@@ -345,8 +346,8 @@ async def test_low_free_context_hands_off_summary_questions_answers() -> None:
     )
     assert "hand off your work to another AI agent" in last_user(summary_call.messages)
     assert "Original Task: " + INSTRUCTION in last_user(summary_call.messages)
-    # The questions come from a fresh context: the task prompt, then the summary.
-    assert questions_call.messages[0] == task_prompt and len(questions_call.messages) == 2
+    # The questions are asked with an empty history, as Terminus asks them.
+    assert len(questions_call.messages) == 1
     assert "SUMMARY: found it" in last_user(questions_call.messages)
     assert "**Current Terminal Screen:**" in last_user(questions_call.messages)
     # The old context answers them.
@@ -354,13 +355,14 @@ async def test_low_free_context_hands_off_summary_questions_answers() -> None:
         {"role": "assistant", "content": "SUMMARY: found it"},
     )
     assert "QUESTIONS: where?" in last_user(answers_call.messages)
-    # The new context goes on: answers, then the observation that was pending.
-    assert resumed.messages[:3] == questions_call.messages + (
+    # The new context: the task prompt, the questions exchange, then the handoff prompt,
+    # which replaces the observation that was pending (Terminus drops it too).
+    assert resumed.messages[:3] == (task_prompt, *questions_call.messages) + (
         {"role": "assistant", "content": "QUESTIONS: where?"},
     )
     first_new = last_user(resumed.messages)
     assert first_new.startswith("Here are the answers the other agent provided.\n\nANSWERS: in /app")
-    assert first_new.endswith("found-it\nroot@sandbox:/app# ")
+    assert "found-it" not in first_new
     assert origins(outcome) == [
         "task", "model",
         "harness", "model", "harness", "model", "harness", "model",  # the handoff
@@ -382,7 +384,8 @@ async def test_a_prompt_that_does_not_fit_triggers_a_handoff() -> None:
     outcome, model, _, _ = await play(replies)
     assert outcome.end_reason == "completed"
     retried = last_user(model.calls[5].messages)
-    assert retried.startswith("Here are the answers") and "New Terminal Output:" in retried
+    # The refused prompt (an observation) is never sent again: the handoff prompt replaces it.
+    assert retried.startswith("Here are the answers") and "New Terminal Output:" not in retried
 
 
 async def test_the_handoff_unwinds_the_old_context_when_the_summary_does_not_fit() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from functools import partial
@@ -129,7 +130,7 @@ def main(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     run_dir = run_dir.resolve()
     print(f"run directory: {run_dir}", file=sys.stderr)
-    tasks_dir = Path(sources[0]) if len(sources) == 1 else None
+    tasks_dir = tasks_root(dataset.tasks)
     options = StageOptions(
         force=args.force,
         sim_servers=args.sim_servers,
@@ -137,6 +138,12 @@ def main(args: argparse.Namespace) -> int:
         out=Path(args.out) if args.out else None,
     )
     return run_async(_run, config, dataset.tasks, run_dir, tasks_dir, options)
+
+
+def tasks_root(tasks: list[Task]) -> Path:
+    """The deepest directory holding every task: where the embedded scripted stand-in
+    reads the reference solutions (a list-file dataset names tasks anywhere)."""
+    return Path(os.path.commonpath([str(Path(task.path).resolve()) for task in tasks]))
 
 
 class StageOptions(NamedTuple):

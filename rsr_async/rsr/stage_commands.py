@@ -22,7 +22,7 @@ from ..engine.signals import EXIT_OK, exit_code, run_async, shutdown_on_signals
 from ..engine.store import STAGE_SCOPED, Store
 from ..errors import StoreError
 from ..schema import EpisodeSpec, Task
-from .commands import add_stage_arguments
+from .commands import add_stage_arguments, tasks_root
 from .exporting import export_run
 from .figures import pipeline_figures, render_figures
 from .runtime import open_pipeline
@@ -94,12 +94,11 @@ def _export(config: Config, run_dir: Path, args: argparse.Namespace) -> int:
 async def _run_stage(config: Config, tasks: list[Task], run_dir: Path, args: argparse.Namespace) -> int:
     started = time.monotonic()
     done = 0
-    parents = {Path(task.path).parent for task in tasks}
     async with open_pipeline(
         config,
         run_dir=run_dir,
         # the scripted stand-in reads the tasks' reference solutions from here
-        tasks_dir=parents.pop() if len(parents) == 1 else None,
+        tasks_dir=tasks_root(tasks),
         sim_servers=args.sim_servers,
         force=args.force,
         on_notice=partial(print, file=sys.stderr),

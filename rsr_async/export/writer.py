@@ -17,6 +17,7 @@ either the previous export or none, never a half one.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -27,6 +28,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ..schema import encode
 from .atif import atif_document
@@ -72,14 +75,23 @@ def split_tasks(tasks: Iterable[str], *, validation_share: float, seed: int) -> 
     return split
 
 
+def _builtin(obj: Any) -> Any:
+    # Caller counts may hold msgspec records (stage summaries): store their fields.
+    return msgspec.to_builtins(obj)
+
+
 def _json_bytes(obj: Any, *, indent: int | None = None) -> bytes:
     separators = (",", ": ") if indent else (",", ":")
-    text = json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=indent, separators=separators)
+    options: dict[str, Any] = {
+        "sort_keys": True,
+        "indent": indent,
+        "separators": separators,
+        "default": _builtin,
+    }
     try:
-        return text.encode("utf-8")
+        return json.dumps(obj, ensure_ascii=False, **options).encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate in model text: JSON can escape it
-        text = json.dumps(obj, sort_keys=True, indent=indent, separators=separators)
-        return text.encode("ascii")
+        return json.dumps(obj, ensure_ascii=True, **options).encode("ascii")
 
 
 def _safe_id(key: str) -> str:
@@ -312,8 +324,32 @@ def _manifest(
         "dedupe": {"method": DEDUPE_METHOD, "dropped": dict(duplicates)},
         "empty": {s: sorted(keys) for s, keys in empty.items()},
         "public_filter": {s: dict(c) for s, c in filtered.items()},
-        "counts": dict(counts) if counts is not None else {},
+        "counts": msgspec.to_builtins(dict(counts)) if counts is not None else {},
     }
+
+
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]{8}")
+
+
+def _remove_leftovers(out_dir: Path) -> None:
+    """Remove temporary directories of earlier exports to ``out_dir`` whose process is gone.
+
+    A crash (SIGKILL) between the write and the rename leaves them; a live process's are
+    left alone, and so is anything that does not carry our name.
+    """
+    for path in out_dir.parent.glob(f".{glob.escape(out_dir.name)}.*-*-*"):
+        match = _LEFTOVER.fullmatch(path.name)
+        if match is None or match["name"] != out_dir.name or not path.is_dir():
+            continue
+        pid = int(match["pid"])
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:  # alive, someone else's
+            continue
 
 
 def _write_atomically(out_dir: Path, outputs: Mapping[str, bytes]) -> None:
@@ -321,8 +357,10 @@ def _write_atomically(out_dir: Path, outputs: Mapping[str, bytes]) -> None:
     parent.mkdir(parents=True, exist_ok=True)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"export: {out_dir} exists and is not a directory")
+    _remove_leftovers(out_dir)
     tag = f"{os.getpid()}-{secrets.token_hex(4)}"
     tmp = parent / f".{out_dir.name}.tmp-{tag}"
+    old = parent / f".{out_dir.name}.old-{tag}"
     tmp.mkdir()
     try:
         (tmp / "atif").mkdir()
@@ -330,11 +368,12 @@ def _write_atomically(out_dir: Path, outputs: Mapping[str, bytes]) -> None:
             if name != "manifest.json":
                 (tmp / name).write_bytes(data)
         (tmp / "manifest.json").write_bytes(outputs["manifest.json"])  # last: marks it complete
-        old = parent / f".{out_dir.name}.old-{tag}"
         if out_dir.exists():
             out_dir.rename(old)
         tmp.rename(out_dir)
     except BaseException:
+        if old.exists() and not out_dir.exists():
+            old.rename(out_dir)  # the previous export, back in place
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)

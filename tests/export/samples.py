@@ -13,6 +13,8 @@ from rsr_async.export import ExportRecord
 from rsr_async.harness.protocol import render
 from rsr_async.schema import Command, Message, Trajectory, Usage
 
+__all__ = ["SECRETS", "Builder", "Usage", "record", "suite"]
+
 RUNBOOK_MARK = "RUNBOOK-SECRET-7f3a"
 FAILED_MARK = "RSRT-FAILED-91c2"
 STATEM_MARK = "STATEM-CONTROL-4d8e"

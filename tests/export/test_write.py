@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -312,3 +313,42 @@ def test_export_record_is_frozen() -> None:
     assert isinstance(record, ExportRecord)
     with pytest.raises(AttributeError):
         record.key = "x"  # type: ignore[misc]
+
+
+def test_leftovers_of_a_killed_export_are_removed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(dead.stdout)  # that process has exited
+    stale = tmp_path / f".export.tmp-{pid}-0123abcd"
+    (stale / "atif").mkdir(parents=True)
+    (stale / "sft.jsonl").write_text("half")
+    live = tmp_path / f".export.tmp-{os.getppid()}-0123abcd"  # a live process's: not ours to touch
+    live.mkdir()
+    other = tmp_path / f".exports.tmp-{pid}-0123abcd"  # another export directory's
+    other.mkdir()
+    write_export(samples.suite()[:1], tmp_path / "export")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["export", live.name, other.name])
+
+
+def test_lone_surrogates_and_msgspec_counts_still_make_valid_json(tmp_path: Path) -> None:
+    b = samples.Builder("odd", "terminus2")
+    b.add("task", "the task \u00e9")
+    b.model("", text='{"analysis": "bad \ud800 byte"}')
+    manifest = write_export(
+        [samples.record(b.trajectory, "direct", "discover/odd/terminus2/a0/-/e-1")],
+        tmp_path / "export",
+        counts={"discover": samples.Usage(prompt_tokens=5, requests=1)},
+    )
+    assert manifest["counts"]["discover"]["prompt_tokens"] == 5
+    for name in ("sft.jsonl", "sharegpt.jsonl", "manifest.json"):
+        (tmp_path / "export" / name).read_bytes().decode("utf-8")  # valid UTF-8 throughout
+    row = _jsonl(tmp_path / "export" / "sft.jsonl")[0]
+    assert row["messages"][1]["content"] == '{"analysis": "bad \ud800 byte"}'
+    assert row["messages"][0]["content"] == "the task \u00e9"

@@ -51,13 +51,13 @@ def _agent_step(
             )
         usage = source.usage
         if usage is not None:
-            metrics: dict[str, Any] = {
+            # No cached_tokens (optional in ATIF): how much of a prompt the server had
+            # cached depends on its cache state, not on the trajectory, and the same
+            # store must give byte-identical files (a resumed run's cache is cold).
+            step["metrics"] = {
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
             }
-            if usage.cached_tokens:
-                metrics["cached_tokens"] = usage.cached_tokens
-            step["metrics"] = metrics
     if calls:
         step["tool_calls"] = calls
     if prompt is not None:
@@ -93,14 +93,13 @@ def atif_document(
     )
     replies = conversation[index + 1 :: 2]
     prompts = conversation[index + 2 :: 2]
-    totals = {"prompt": 0, "completion": 0, "cached": 0}
+    totals = {"prompt": 0, "completion": 0}
     for episode, reply in enumerate(replies):
         prompt = prompts[episode].content if episode < len(prompts) else None
         step = _agent_step(len(steps) + 1, episode, reply, prompt)
         metrics = step.get("metrics", {})
         totals["prompt"] += metrics.get("prompt_tokens", 0)
         totals["completion"] += metrics.get("completion_tokens", 0)
-        totals["cached"] += metrics.get("cached_tokens", 0)
         steps.append(step)
     return {
         "schema_version": ATIF_VERSION,
@@ -119,7 +118,6 @@ def atif_document(
         "final_metrics": {
             "total_prompt_tokens": totals["prompt"],
             "total_completion_tokens": totals["completion"],
-            "total_cached_tokens": totals["cached"],
             "total_steps": len(steps),
         },
         "extra": extra,

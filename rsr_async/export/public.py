@@ -34,13 +34,14 @@ context.
 from __future__ import annotations
 
 import re
+import string
 from collections import Counter
 from collections.abc import Sequence
 from functools import cache
 
 import msgspec
 
-from ..harness.protocol import render
+from ..harness.protocol import _template, render
 from ..schema import Command, Message, Role, Trajectory
 
 __all__ = [
@@ -67,8 +68,10 @@ class PublicMessage(msgspec.Struct, frozen=True, kw_only=True):
 _FIELD = "\x00FIELD\x00"
 
 
-def _pattern(name: str, fields: Sequence[str]) -> str:
-    text = render(name, **dict.fromkeys(fields, _FIELD))
+def _pattern(name: str, fields: Sequence[str] = ()) -> str:
+    """The template as a regex, every field a wildcard (fields read from the template)."""
+    names = {f for _, f, _, _ in string.Formatter().parse(_template(name)) if f}
+    text = render(name, **dict.fromkeys(names | set(fields), _FIELD))
     return ".*".join(re.escape(part) for part in text.split(_FIELD))
 
 
@@ -79,7 +82,7 @@ def _protocol_patterns() -> re.Pattern[str]:
     texts = [
         f"(?:{warned})?{confirm}",
         _pattern("parse_error", ["feedback"]),
-        _pattern("output_limit", ["max_tokens"])
+        _pattern("output_limit")
         + "(?:{})?".format(_pattern("output_limit_warnings", ["warnings"])),
         _pattern("handoff_summary", ["instruction"]),
         _pattern("handoff_questions", ["instruction", "summary", "screen"]),

@@ -82,7 +82,9 @@ def export_run(
             f"{store.path.parent}: this run's trajectories come from the scripted stand-in "
             "(a test double), not a model; pass --allow-scripted to export them anyway"
         )
-    figures = pipeline_figures(store)
+    # Only counts go into the manifest: the cached share depends on the servers' cache
+    # state, and the same store must give byte-identical files.
+    figures = {k: v for k, v in pipeline_figures(store).items() if k != "executor_cached_share"}
     return write_export(
         collect_records(store),
         out_dir,

@@ -109,7 +109,7 @@ def terminus2_handoff(task: str = "beta") -> Trajectory:
     b.model("start", "pwd\n")
     b.env("/app")
     b.model("", text='{"analysis": "a very long')
-    b.add("harness", render("output_limit", max_tokens=4096))
+    b.add("harness", render("output_limit", limit="the maximum output length"))
     b.model("shorter", "ls\n")
     b.add("harness", render("handoff_summary", instruction="the instruction"))
     b.model("", text="Summary: ran pwd and ls.")

@@ -89,8 +89,8 @@ def test_statem_turns_and_their_output_are_dropped() -> None:
             observation=render("confirm", terminal_state="x"),
         ),
         render("parse_error", feedback="ERROR: No valid JSON found in response"),
-        render("output_limit", max_tokens=4096),
-        render("output_limit", max_tokens=123)
+        render("output_limit", limit="the maximum output length"),
+        render("output_limit", limit="123 tokens")
         + render("output_limit_warnings", warnings="- Extra text"),
         render("handoff_summary", instruction="Make it so\nwith two lines"),
         render("handoff_questions", instruction="i", summary="s\n\ns", screen="$ \n"),
@@ -113,9 +113,9 @@ def test_terminus_protocol_messages_from_the_real_builders_are_recognised() -> N
         '{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls\\n"}]}'
     )
     assert warned.warnings and not warned.error
-    assert is_terminus_protocol(protocol.confirm_message("New Terminal Output:\n\n$ ls", warned))
-    limit = protocol.output_limit_message(4096, '{"analysis": "cut', default_duration=1.0)
-    assert is_terminus_protocol(limit)
+    assert is_terminus_protocol(protocol.confirm_message("New Terminal Output:\n\n$ ls"))
+    assert is_terminus_protocol(protocol.output_limit_message('{"analysis": "cut', default_duration=1.0))
+    assert is_terminus_protocol(protocol.output_limit_message('{"analysis": "cut', 4096))
 
 
 @pytest.mark.parametrize(

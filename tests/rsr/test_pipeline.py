@@ -139,3 +139,41 @@ async def test_stage_settings_are_checked_per_stage(tmp_path: Path) -> None:
         store.check_stage_config("execute", stage_settings(changed)["execute"])  # M unchanged
         store.check_stage_config("plan", stage_settings(changed)["plan"], force=True)
         assert store.stage_config("plan") == stage_settings(changed)["plan"]
+
+
+async def test_an_execution_with_a_planted_leak_is_audited_out_and_not_exported(tmp_path: Path) -> None:
+    """The audit job, through the engine and the store, drops a trajectory that typed the
+    answer before anything showed it; the export then leaves it out."""
+    from rsr_async.rsr.exporting import collect_records
+    from rsr_async.schema import AuditSpec, JobKey, Task
+    from tests.rsr.test_audit import INSTRUCTION, _env, _model, execution
+
+    def clean_execution() -> Trajectory:  # every value typed was shown first
+        return Trajectory(task="ledger", harness="terminus2", messages=[
+            Message(role="user", origin="task", content=f"Task Description:\n{INSTRUCTION}"),
+            _model(0, "head -n 3 /app/ledger.csv\n"),
+            _env(1, "id,amount\n1,1200.25\n2,3210.25\n"),
+            _model(1, "python3 -c 'print(1200.25 + 3210.25)'\n"),
+            _env(2, "4410.5\n"),
+            _model(2, "echo 4410.5 > /app/total.txt\n"),
+        ])
+
+    task = Task(name="ledger", path="", instruction=INSTRUCTION)
+    jobs = []
+    for planted in (True, False):
+        key = JobKey(stage="audit", task="ledger", harness="terminus2", runbook="r0d0", execution=int(planted))
+        jobs.append(Job.of(AuditSpec(key=key, task=task, execution_key=f"execute/ledger/e{int(planted)}",
+                                     trajectory=execution(planted=True) if planted else clean_execution())))
+    cfg = config()
+    model = ScriptedModel({})
+    async with Engine(cfg, runner=dict(model_runners(model, cfg, scripted=True)), run_dir=tmp_path) as engine:
+        results = {r.key.execution: r async for r in engine.run(jobs)}
+    planted, clean = results[1], results[0]
+    assert isinstance(planted, AuditResult) and planted.verdict is not None
+    assert not planted.verdict.accepted
+    assert "73519.25" in [leak.value for leak in planted.verdict.leaks]
+    assert isinstance(clean, AuditResult) and clean.verdict is not None and clean.verdict.accepted
+    with Store.open_readonly(tmp_path) as store:
+        stored = store.get(planted.key)
+        assert isinstance(stored, AuditResult) and stored.verdict == planted.verdict
+        assert collect_records(store) == []  # no verified execution of these is in the store

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the llm and sandbox packages pull in HTTP and Docker client
     from ..llm.base import ChatMessage, ChatModel, Completion
     from ..sandbox.base import Sandbox, ShellSession
     from ..schema import EpisodeSpec
+    from ..tasks.verifier import Verification
     from .base import Checkpoint
 
 __all__ = ["EpisodeEnd", "Terminus2", "TerminusSession"]
@@ -123,6 +124,7 @@ class Terminus2:
             turns=episode.turns if episode else 0,
             usage=trajectory.usage(),
             error=error,
+            verification=episode.verification if episode else None,
         )
 
     async def _loop(self, ep: TerminusSession) -> None:
@@ -195,6 +197,8 @@ class TerminusSession:
         self.turn = 0
         """Index (from 0) of the turn in progress; every message carries it."""
         self.handoffs = 0
+        self.verification: Verification | None = None
+        """A verdict the harness reached itself (RSRT's last hidden run), else None."""
         self.notes: list[str] = []
         """Harness text for the next prompt (appended to it, recorded as ``harness``)."""
         self.context: list[ChatMessage] = []

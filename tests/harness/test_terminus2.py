@@ -429,7 +429,7 @@ def test_registry() -> None:
     assert isinstance(get_harness("terminus2", config), Terminus2)
     with pytest.raises(NotImplementedYetError, match="statem"):
         get_harness("statem", config)
-    with pytest.raises(NotImplementedYetError, match="rsrt"):
-        get_harness("rsrt", config)
+    with pytest.raises(ConfigError, match="needs a grader"):
+        get_harness("rsrt", config)  # RSRT is handed its grader, never reaches for one
     with pytest.raises(ConfigError, match="unknown harness 'nope'"):
         get_harness("nope", config)

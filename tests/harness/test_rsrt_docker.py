@@ -60,6 +60,11 @@ def _snapshot_images() -> list[str]:
     ).stdout.split()
 
 
+def _labelled(run_id: str) -> list[str]:
+    return subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL_RUN}={run_id}"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout.split()
+
+
 async def test_a_failed_claim_leaves_nothing_to_find_and_the_agent_recovers(tmp_path: Path) -> None:
     task = hidden_task(tmp_path / "task")
     key = JobKey(stage="discover", task=task.name, harness="rsrt")
@@ -82,9 +87,7 @@ async def test_a_failed_claim_leaves_nothing_to_find_and_the_agent_recovers(tmp_
             assert "rc=2" in left.output, left.output
         assert await pool.containers() == []
     assert set(_snapshot_images()) <= images_before  # the committed copies are gone too
-    labelled = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL_RUN}={run_id}"],
-                              capture_output=True, text=True, check=True, timeout=60).stdout.split()
-    assert labelled == []
+    assert _labelled(run_id) == []
 
     assert outcome.end_reason == "completed", outcome.error
     assert outcome.verification is not None and outcome.verification.passed

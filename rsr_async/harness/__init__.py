@@ -17,6 +17,7 @@ from ..config import HarnessConfig
 from ..errors import ConfigError, NotImplementedYetError
 from .base import Checkpoint, EpisodeOutcome, Grader, Harness
 from .rsrt import DEFAULT_WALL_CLOCK_S, Rsrt
+from .statem import Statem, Workflow, load_workflow
 from .terminus2 import EpisodeEnd, Terminus2, TerminusSession
 
 __all__ = [
@@ -29,10 +30,12 @@ __all__ = [
     "Harness",
     "HarnessDeps",
     "Rsrt",
+    "Statem",
     "Terminus2",
     "TerminusSession",
     "check_harness",
     "get_harness",
+    "load_workflow",
 ]
 
 HARNESSES = ("terminus2", "statem", "rsrt")
@@ -48,6 +51,8 @@ class HarnessDeps:
     """Runs hidden tests on a copy of a sandbox (RSRT's completion check)."""
     rsrt_wall_clock_s: float = DEFAULT_WALL_CLOCK_S
     """RSRT's episode wall clock (``rsr.rsrt_wall_clock_min`` x 60)."""
+    workflow: Workflow | None = None
+    """StateM's workflow; None: ``harness/workflows/default.toml``."""
 
 
 def _terminus2(config: HarnessConfig, deps: HarnessDeps) -> Harness:
@@ -60,8 +65,12 @@ def _rsrt(config: HarnessConfig, deps: HarnessDeps) -> Harness:
     return Rsrt(config, grader=deps.grader, wall_clock_s=deps.rsrt_wall_clock_s)
 
 
+def _statem(config: HarnessConfig, deps: HarnessDeps) -> Harness:
+    return Statem(config, workflow=deps.workflow)
+
+
 BUILT: Mapping[str, Callable[[HarnessConfig, HarnessDeps], Harness]] = MappingProxyType(
-    {"terminus2": _terminus2, "rsrt": _rsrt}
+    {"terminus2": _terminus2, "statem": _statem, "rsrt": _rsrt}
 )
 """The harnesses that exist, by name: the registry :func:`get_harness` builds from."""
 

@@ -33,6 +33,7 @@ __all__ = [
     "EndReason",
     "EpisodeResult",
     "EpisodeSpec",
+    "EpisodeStyle",
     "JobKey",
     "JobResult",
     "JobSpec",
@@ -240,6 +241,24 @@ class JobResult(msgspec.Struct, kw_only=True, tag_field="kind"):
         return None, None
 
 
+class EpisodeStyle(msgspec.Struct, frozen=True, kw_only=True):
+    """How an episode went about its task (the paper's Table 3), from its trajectory by
+    :func:`rsr_async.analysis.style.episode_style`. Defaults decode older stores."""
+
+    model_turns: int = 0
+    """Agent-loop model replies (handoff calls not counted)."""
+    commands: int = 0
+    """Commands the model sent (special keys such as ``C-c`` included)."""
+    exploration_share: float = 0.0
+    """Share of :attr:`commands` that only inspect (``ls``, ``cat``, ``grep`` ...)."""
+    state_share: float = 0.0
+    """Share of :attr:`commands` that are ``statem ...`` state management."""
+    claims: int = 0
+    """Confirmed completion claims (a ``task_complete`` reply right after another)."""
+    rejected_claim: bool = False
+    """A claim was rejected (the episode went on) before the final one."""
+
+
 class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     """What one episode produced. ``status`` and ``end_reason`` say how it ended."""
 
@@ -249,6 +268,8 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     verifier_output: str = ""
     trajectory: Trajectory | None = None
     turns: int = 0
+    style: EpisodeStyle = EpisodeStyle()
+    """Execution style; all defaults in stores written before this field existed."""
 
     @classmethod
     def ended(

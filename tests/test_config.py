@@ -1,15 +1,12 @@
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from rsr_async.config import CONFIG_DIR, Config, load_config
-from rsr_async.errors import ConfigError, NotImplementedYetError
+from rsr_async.errors import ConfigError
 from rsr_async.harness import check_harness
-
-from .conftest import PYTHON, run_cli_env
 
 
 def test_default_toml_spells_out_the_defaults() -> None:
@@ -22,9 +19,8 @@ def test_default_toml_spells_out_the_defaults() -> None:
 
 
 def test_paper_config_has_the_paper_numbers() -> None:
-    # The paper discovers with StateM and RSRT too; until they are built the file fails
-    # to load (see below), so its numbers are checked with Terminus 2 alone.
-    cfg = load_config(["paper"], ["run.harnesses=['terminus2']"])
+    cfg = load_config(["paper"])
+    assert cfg.run.harnesses == ("terminus2", "statem", "rsrt")
     assert cfg.rsr.runbooks_per_source == 4
     assert cfg.rsr.executions_per_runbook == 4
     assert cfg.rsr.executor_temperature == 0.7
@@ -33,12 +29,6 @@ def test_paper_config_has_the_paper_numbers() -> None:
     assert cfg.harness.max_turns == 200
     text = (CONFIG_DIR / "paper.toml").read_text()
     assert 'harnesses = ["terminus2", "statem", "rsrt"]' in text
-
-
-def test_paper_config_fails_at_load_while_a_harness_it_names_is_unbuilt() -> None:
-    with pytest.raises(NotImplementedYetError, match=r"paper\.toml: run\.harnesses: harness 'statem' "
-                       r"is planned but not built yet"):
-        load_config(["paper"])
 
 
 def test_default_harnesses_are_built() -> None:
@@ -54,10 +44,6 @@ def test_default_harnesses_are_built() -> None:
          r"bad\.toml: run\.harnesses: unknown harness 'terminus3': expected one of terminus2, statem, rsrt"),
         ("[rsr]\nexecutor_harness = 'Terminus2'\n", ConfigError,
          r"bad\.toml: rsr\.executor_harness: unknown harness 'Terminus2'"),
-        ("[run]\nharnesses = ['rsrt']\n", NotImplementedYetError,
-         r"bad\.toml: run\.harnesses: harness 'rsrt' is planned but not built yet; built harnesses: 'terminus2'"),
-        ("[rsr]\nexecutor_harness = 'statem'\n", NotImplementedYetError,
-         r"bad\.toml: rsr\.executor_harness: harness 'statem' is planned but not built yet"),
     ],
 )
 def test_bad_harness_names_fail_at_load_naming_file_and_key(
@@ -74,21 +60,10 @@ def test_harness_errors_name_the_source_that_set_the_value(tmp_path: Path) -> No
     good.write_text("[run]\nharnesses = ['terminus2']\n")
     with pytest.raises(ConfigError, match=r"^--set run\.harnesses=\['x'\]: run\.harnesses: unknown harness 'x'"):
         load_config([good], ["run.harnesses=['x']"])
-    with pytest.raises(NotImplementedYetError, match=r"^command line: run\.harnesses: harness 'statem'"):
-        load_config([good], values={"run": {"harnesses": ["statem"]}})
+    with pytest.raises(ConfigError, match=r"^command line: run\.harnesses: unknown harness 'nope'"):
+        load_config([good], values={"run": {"harnesses": ["nope"]}})
     # a later source that fixes the value wins: the earlier file is not blamed
     assert load_config(["paper"], ["run.harnesses=['terminus2']"]).run.harnesses == ("terminus2",)
-
-
-def test_run_with_an_unbuilt_harness_fails_before_any_episode(tmp_path: Path) -> None:
-    bad = tmp_path / "discover.toml"
-    bad.write_text("[run]\nharnesses = ['terminus2', 'statem']\n")
-    out = subprocess.run([PYTHON, "-m", "rsr_async", "run", "--config", str(bad), "--run-dir",
-                          str(tmp_path / "run")], env=run_cli_env(), capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 3, out.stderr
-    assert "discover.toml: run.harnesses: harness 'statem' is planned but not built yet" in out.stderr
-    assert not (tmp_path / "run").exists()  # nothing started, nothing stored
 
 
 def test_layering_files_then_set_then_flags(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
-"""Agent harnesses: the shared Terminus protocol, Terminus 2, and (later) StateM and RSRT.
+"""Agent harnesses: the shared Terminus protocol, Terminus 2, StateM and RSRT.
 
-``get_harness(name, config)`` is the registry the episode runner uses. The protocol
+``get_harness(name, config, deps)`` is the registry the episode runner uses; ``deps``
+(:class:`HarnessDeps`) carries what a harness is handed rather than reaches for: RSRT's
+grader and wall clock, StateM's workflow. The protocol
 pieces (reply parsing, templates, observations) are in :mod:`rsr_async.harness.protocol`;
 test doubles (FakeShell, ReplayModel) in :mod:`rsr_async.harness.fakes`.
 """
@@ -8,30 +10,69 @@ test doubles (FakeShell, ReplayModel) in :mod:`rsr_async.harness.fakes`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..config import HarnessConfig
 from ..errors import ConfigError, NotImplementedYetError
-from .base import Checkpoint, EpisodeOutcome, Harness
-from .terminus2 import Terminus2
+from .base import Checkpoint, EpisodeOutcome, Grader, Harness
+from .rsrt import DEFAULT_WALL_CLOCK_S, Rsrt
+from .statem import Statem, Workflow, load_workflow
+from .terminus2 import EpisodeEnd, Terminus2, TerminusSession
 
 __all__ = [
     "BUILT",
     "HARNESSES",
     "Checkpoint",
+    "EpisodeEnd",
     "EpisodeOutcome",
+    "Grader",
     "Harness",
+    "HarnessDeps",
+    "Rsrt",
+    "Statem",
     "Terminus2",
+    "TerminusSession",
     "check_harness",
     "get_harness",
+    "load_workflow",
 ]
 
 HARNESSES = ("terminus2", "statem", "rsrt")
 """Every harness name the pipeline knows, built or planned."""
 
-BUILT: Mapping[str, Callable[[HarnessConfig], Harness]] = MappingProxyType({Terminus2.name: Terminus2})
-"""The harnesses that exist, by name: the registry :func:`get_harness` builds from.
-StateM and RSRT are planned (in :data:`HARNESSES`) but not here yet."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HarnessDeps:
+    """What harnesses are handed by the runner that builds them."""
+
+    grader: Grader | None = None
+    """Runs hidden tests on a copy of a sandbox (RSRT's completion check)."""
+    rsrt_wall_clock_s: float = DEFAULT_WALL_CLOCK_S
+    """RSRT's episode wall clock (``rsr.rsrt_wall_clock_min`` x 60)."""
+    workflow: Workflow | None = None
+    """StateM's workflow; None: ``harness/workflows/default.toml``."""
+
+
+def _terminus2(config: HarnessConfig, deps: HarnessDeps) -> Harness:
+    return Terminus2(config)
+
+
+def _rsrt(config: HarnessConfig, deps: HarnessDeps) -> Harness:
+    if deps.grader is None:
+        raise ConfigError("harness 'rsrt' needs a grader for its hidden tests (HarnessDeps.grader)")
+    return Rsrt(config, grader=deps.grader, wall_clock_s=deps.rsrt_wall_clock_s)
+
+
+def _statem(config: HarnessConfig, deps: HarnessDeps) -> Harness:
+    return Statem(config, workflow=deps.workflow)
+
+
+BUILT: Mapping[str, Callable[[HarnessConfig, HarnessDeps], Harness]] = MappingProxyType(
+    {"terminus2": _terminus2, "statem": _statem, "rsrt": _rsrt}
+)
+"""The harnesses that exist, by name: the registry :func:`get_harness` builds from."""
 
 
 def check_harness(name: str, *, where: str = "") -> None:
@@ -53,7 +94,7 @@ def check_harness(name: str, *, where: str = "") -> None:
     )
 
 
-def get_harness(name: str, config: HarnessConfig) -> Harness:
-    """The harness called ``name``, configured with ``config``."""
+def get_harness(name: str, config: HarnessConfig, deps: HarnessDeps | None = None) -> Harness:
+    """The harness called ``name``, configured with ``config`` and handed ``deps``."""
     check_harness(name)
-    return BUILT[name](config)
+    return BUILT[name](config, deps or HarnessDeps())

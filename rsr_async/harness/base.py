@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from ..schema import EndReason, Trajectory, Usage
+from ..tasks.verifier import Verification
 
 if TYPE_CHECKING:  # the llm and sandbox packages pull in HTTP and Docker clients
     from ..llm.base import ChatModel
     from ..sandbox.base import Sandbox
-    from ..schema import EpisodeSpec
+    from ..schema import EpisodeSpec, Task
 
-__all__ = ["Checkpoint", "EpisodeOutcome", "Harness"]
+__all__ = ["Checkpoint", "EpisodeOutcome", "Grader", "Harness"]
 
 Checkpoint = Callable[[Trajectory], None]
 """Called after every turn with the live trajectory (updated in place: encode or copy it
@@ -33,6 +34,16 @@ class EpisodeOutcome(msgspec.Struct, kw_only=True):
     """Summed over every model call, handoff calls included."""
     error: str | None = None
     """What went wrong, for ``error`` and ``context`` endings."""
+    verification: Verification | None = None
+    """The harness's own last hidden verification (RSRT), which is then the episode's
+    verdict; None when the runner should run the verifier itself."""
+
+
+class Grader(Protocol):
+    """Runs a task's hidden tests against the state of ``sandbox``, out of the agent's
+    reach (RSRT is handed one; it never reaches for the sandbox pool itself)."""
+
+    async def __call__(self, sandbox: Sandbox, task: Task, *, key: str) -> Verification: ...
 
 
 class Harness(Protocol):
@@ -44,6 +55,10 @@ class Harness(Protocol):
     """
 
     name: str
+
+    def deadline_for(self, spec: EpisodeSpec) -> float:
+        """The agent's wall clock for ``spec`` in seconds (the runner's backstop adds to it)."""
+        ...
 
     async def run(
         self,

@@ -1,9 +1,29 @@
-"""Terminus 2: the plain harness, and the executor of the rewrite pipeline.
+"""Terminus 2: the plain harness, the executor of the rewrite pipeline, and the seam
+StateM and RSRT extend.
 
-The loop (:meth:`Terminus2._loop`) is the whole protocol on one screen; :class:`_Episode`
-holds the state it needs (the chat context, the trajectory, the shell) and the three
-things that take more than a line: asking the model, running commands, handing off the
-context. Protocol text lives in ``templates/``, parsing in :mod:`.protocol`.
+The loop (:meth:`Terminus2._loop`) is the whole protocol on one screen;
+:class:`TerminusSession` holds the state it needs (the chat context, the trajectory, the
+shell) and the things that take more than a line: asking the model, running commands,
+handing off the context. Protocol text lives in ``templates/``, parsing in :mod:`.protocol`.
+
+Extension point. A harness that is "Terminus 2 plus something" subclasses
+:class:`Terminus2` (set ``name``, override :meth:`Terminus2.make_session` to pass what it
+needs, e.g. a grader) and :class:`TerminusSession`, overriding only these hooks; each
+default does nothing, so plain Terminus 2 is unchanged:
+
+- :meth:`TerminusSession.first_prompt_notes`: harness sections for the first prompt;
+- :meth:`TerminusSession.before_turn`: before each agent turn (raise :class:`EpisodeEnd`
+  to stop, e.g. on a harness wall clock);
+- :meth:`TerminusSession.intercept`: a command before it reaches the shell (return the
+  text to show instead of typing it);
+- :meth:`TerminusSession.on_completion`: a confirmed completion claim (return a message
+  to reject it and keep going, or None to end the episode);
+- :meth:`TerminusSession.handoff_notes`: harness text for the first prompt after a
+  context handoff.
+
+Harness text (notes) reaches the model appended to the next prompt, and is recorded as
+its own ``harness``-origin message, so export and compression drop it while the model
+saw it in place.
 
 Chat history is append-only, so the model server's prefix cache hits every turn; the
 one exception is a context handoff, which starts a new context.
@@ -27,15 +47,16 @@ if TYPE_CHECKING:  # the llm and sandbox packages pull in HTTP and Docker client
     from ..llm.base import ChatMessage, ChatModel, Completion
     from ..sandbox.base import Sandbox, ShellSession
     from ..schema import EpisodeSpec
+    from ..tasks.verifier import Verification
     from .base import Checkpoint
 
-__all__ = ["Terminus2"]
+__all__ = ["EpisodeEnd", "Terminus2", "TerminusSession"]
 
 SHELL_CLOSE_TIMEOUT_S = 10.0
 
 
-class _EpisodeEnd(Exception):
-    """Control flow: the episode is over, for ``reason``."""
+class EpisodeEnd(Exception):
+    """Control flow: the episode is over, for ``reason`` (hooks may raise it)."""
 
     def __init__(self, reason: EndReason, error: str | None = None) -> None:
         super().__init__(reason, error)
@@ -50,6 +71,23 @@ class Terminus2:
 
     def __init__(self, config: HarnessConfig) -> None:
         self.config = config
+
+    def deadline_for(self, spec: EpisodeSpec) -> float:
+        """The agent's wall clock for ``spec``, in seconds (the runner's backstop uses it)."""
+        return spec.deadline_s if spec.deadline_s is not None else spec.task.agent_timeout_s
+
+    def make_session(
+        self,
+        spec: EpisodeSpec,
+        sandbox: Sandbox,
+        model: ChatModel,
+        shell: ShellSession,
+        trajectory: Trajectory,
+        checkpoint: Checkpoint | None,
+    ) -> TerminusSession:
+        """The session one episode runs in; a harness overrides it to hand its own
+        session class what it needs (a grader, a workflow)."""
+        return TerminusSession(self.config, spec, model, shell, trajectory, checkpoint, sandbox=sandbox)
 
     async def run(
         self,
@@ -66,16 +104,16 @@ class Terminus2:
         ``checkpoint`` has the partial trajectory by then.
         """
         trajectory = Trajectory(task=spec.task.name, harness=self.name, model=model.model_name)
-        deadline = spec.deadline_s if spec.deadline_s is not None else spec.task.agent_timeout_s
-        episode: _Episode | None = None
+        deadline = self.deadline_for(spec)
+        episode: TerminusSession | None = None
         reason: EndReason = "timeout"
         error: str | None = f"the episode's wall clock ({deadline:g} s) ran out"
         with anyio.move_on_after(deadline):
             shell = await sandbox.shell()
             try:
-                episode = _Episode(self.config, spec, model, shell, trajectory, checkpoint)
+                episode = self.make_session(spec, sandbox, model, shell, trajectory, checkpoint)
                 await self._loop(episode)
-            except _EpisodeEnd as end:
+            except EpisodeEnd as end:
                 reason, error = end.reason, end.error
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(SHELL_CLOSE_TIMEOUT_S):
@@ -86,15 +124,17 @@ class Terminus2:
             turns=episode.turns if episode else 0,
             usage=trajectory.usage(),
             error=error,
+            verification=episode.verification if episode else None,
         )
 
-    async def _loop(self, ep: _Episode) -> None:
+    async def _loop(self, ep: TerminusSession) -> None:
         """Prompt -> reply -> parse -> run commands or feed back the error -> observe."""
         prompt = ep.first_prompt()
         origin: Origin = "task"
         pending_completion = False
         retrying_cut_reply = False
         while ep.turns < ep.max_turns:
+            await ep.before_turn()
             # Terminus re-asks after a cut reply at once, without its free-context check.
             completion = await ep.ask_turn(prompt, origin, may_hand_off=not retrying_cut_reply)
             retrying_cut_reply = completion.finish_reason == "length"
@@ -106,23 +146,29 @@ class Terminus2:
                 prompt, origin = protocol.parse_error_message(reply), "harness"
             else:
                 observation = await ep.execute(completion, reply)
+                claim_rejected = False
                 if reply.task_complete and pending_completion:
-                    raise _EpisodeEnd("completed")
+                    rejection = await ep.on_completion()
+                    if rejection is None:
+                        raise EpisodeEnd("completed")
+                    ep.notes.append(rejection)
+                    claim_rejected = True
                 if not ep.shell.alive:
                     if ep.shell.error is not None:  # Docker broke, not bash: retry the episode
                         raise ShellClosedError(f"the shell's stream broke: {ep.shell.error}")
-                    raise _EpisodeEnd("error", "the shell exited (did the model type `exit`?)")
-                pending_completion = reply.task_complete
+                    raise EpisodeEnd("error", "the shell exited (did the model type `exit`?)")
+                pending_completion = reply.task_complete and not claim_rejected
                 if pending_completion:
                     prompt, origin = protocol.confirm_message(observation), "harness"
                 else:
                     prompt, origin = protocol.with_warnings(observation, reply), "env"
             ep.checkpoint()
-        raise _EpisodeEnd("max_turns", f"no confirmed completion within {ep.max_turns} turns")
+        raise EpisodeEnd("max_turns", f"no confirmed completion within {ep.max_turns} turns")
 
 
-class _Episode:
-    """One running episode: contexts, trajectory, shell, and the steps of the loop."""
+class TerminusSession:
+    """One running episode: contexts, trajectory, shell, the steps of the loop, and the
+    hooks a harness overrides (see the module docstring)."""
 
     def __init__(
         self,
@@ -132,8 +178,12 @@ class _Episode:
         shell: ShellSession,
         trajectory: Trajectory,
         checkpoint: Checkpoint | None,
+        *,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.config = config
+        self.sandbox = sandbox
+        """The episode's sandbox, for hooks that run checks in it (None in some tests)."""
         self.spec = spec
         self.model = model
         self.shell = shell
@@ -147,10 +197,38 @@ class _Episode:
         self.turn = 0
         """Index (from 0) of the turn in progress; every message carries it."""
         self.handoffs = 0
+        self.verification: Verification | None = None
+        """A verdict the harness reached itself (RSRT's last hidden run), else None."""
+        self.notes: list[str] = []
+        """Harness text for the next prompt (appended to it, recorded as ``harness``)."""
         self.context: list[ChatMessage] = []
         self.context_tokens = 0
         """Prompt + completion tokens of the last call in the current context."""
         self._started = time.monotonic()
+
+    # ------------------------------------------------------------ hooks (the seam)
+
+    def first_prompt_notes(self) -> list[str]:
+        """Harness sections appended to the first prompt (recorded as ``harness``)."""
+        return []
+
+    async def before_turn(self) -> None:
+        """Called before every agent turn; raise :class:`EpisodeEnd` to end the episode."""
+
+    async def intercept(self, command: Command) -> str | None:
+        """Called before ``command`` is typed: return text to show the model instead of
+        sending the keystrokes to the shell (it joins the next prompt as a harness note),
+        or None to type them as usual."""
+        return None
+
+    async def on_completion(self) -> str | None:
+        """A confirmed completion claim: None ends the episode as ``completed``; a message
+        rejects the claim (it joins the next prompt as a harness note) and the loop goes on."""
+        return None
+
+    def handoff_notes(self) -> list[str]:
+        """Harness text appended to the first prompt of a context after a handoff."""
+        return []
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -160,6 +238,11 @@ class _Episode:
     def checkpoint(self) -> None:
         if self._checkpoint is not None:
             self._checkpoint(self.trajectory)
+
+    def record_harness(self, content: str, role: Role = "system") -> None:
+        """A ``harness``-origin record in the trajectory that the model is not sent
+        (a claim's verdict, say); text the model should see goes in :attr:`notes`."""
+        self._note(role, content, "harness", self.now())
 
     def _note(self, role: Role, content: str, origin: Origin, at: float) -> None:
         self.trajectory.messages.append(
@@ -200,6 +283,7 @@ class _Episode:
             guidance = render("guidance", guidance=self.spec.guidance)
             self.context.append({"role": "system", "content": guidance})
             self._note("system", guidance, "private", self.now())
+        self.notes.extend(self.first_prompt_notes())
         return protocol.first_prompt(
             self.spec.task.instruction,
             protocol.screen_text(self.shell, self.config.max_observation_bytes),
@@ -207,10 +291,21 @@ class _Episode:
             max_duration=self.config.max_duration_s,
         )
 
-    async def ask(self, context: list[ChatMessage], content: str, origin: Origin) -> Completion:
-        """One model call on ``context`` + ``content``; both messages join ``context``."""
+    async def ask(
+        self,
+        context: list[ChatMessage],
+        content: str,
+        origin: Origin,
+        notes: tuple[str, ...] = (),
+    ) -> Completion:
+        """One model call on ``context`` + ``content``; both messages join ``context``.
+
+        ``notes`` (harness text) are appended to ``content`` for the model, each after a
+        blank line, and recorded as separate ``harness`` messages.
+        """
         at = self.now()
-        user: ChatMessage = {"role": "user", "content": content}
+        sent = content + "".join(f"\n\n{note}" for note in notes)
+        user: ChatMessage = {"role": "user", "content": sent}
         completion = await self.model.chat(
             [*context, user],
             affinity=self.affinity,
@@ -221,7 +316,13 @@ class _Episode:
             raise LLMServerError(f"{self.model.model_name}: the server aborted the request")
         context.extend((user, {"role": "assistant", "content": completion.text}))
         self._note("user", content, origin, at)
+        for note in notes:
+            self._note("user", note, "harness", at)
         return completion
+
+    def take_notes(self) -> tuple[str, ...]:
+        notes, self.notes = tuple(self.notes), []
+        return notes
 
     async def ask_turn(self, prompt: str, origin: Origin, *, may_hand_off: bool = True) -> Completion:
         """A turn's call; hands off first when free context is low or the prompt does not fit.
@@ -235,10 +336,10 @@ class _Episode:
         if may_hand_off and self.turn and free < self.config.handoff_free_tokens:
             prompt, origin = await self.handoff(), "harness"
         try:
-            completion = await self.ask(self.context, prompt, origin)
+            completion = await self.ask(self.context, prompt, origin, self.take_notes())
         except ContextLengthError as exc:
             if self.turn == 0:
-                raise _EpisodeEnd("context", f"the task prompt does not fit: {exc}") from exc
+                raise EpisodeEnd("context", f"the task prompt does not fit: {exc}") from exc
             completion = await self.ask_after_handoff()
         self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
         return completion
@@ -246,9 +347,9 @@ class _Episode:
     async def ask_after_handoff(self) -> Completion:
         prompt = await self.handoff()
         try:
-            return await self.ask(self.context, prompt, "harness")
+            return await self.ask(self.context, prompt, "harness", self.take_notes())
         except ContextLengthError as exc:
-            raise _EpisodeEnd("context", f"the prompt does not fit after a handoff: {exc}") from exc
+            raise EpisodeEnd("context", f"the prompt does not fit after a handoff: {exc}") from exc
 
     def output_limit_message(self, completion: Completion) -> str:
         # Terminus names the limit LiteLLM knows for the model; it knows no self-served
@@ -272,13 +373,17 @@ class _Episode:
             for command in ran:
                 if not self.shell.alive:
                     break
+                shown = await self.intercept(command)
+                if shown is not None:
+                    self.notes.append(shown)
+                    continue
                 if command.keystrokes:
                     await self.shell.send(command.keystrokes)
                 await self.shell.wait(command.duration)
         except ShellClosedError as exc:
             if self.shell.error is not None:  # infrastructure: the engine retries it
                 raise
-            raise _EpisodeEnd("error", f"the shell exited: {exc}") from exc
+            raise EpisodeEnd("error", f"the shell exited: {exc}") from exc
         return protocol.observe(self.shell, self.config.max_observation_bytes)
 
     # ------------------------------------------------------------ context handoff
@@ -300,7 +405,7 @@ class _Episode:
         try:
             questions = await self.ask(fresh, asking, "harness")
         except ContextLengthError as exc:
-            raise _EpisodeEnd("context", f"the handoff questions do not fit: {exc}") from exc
+            raise EpisodeEnd("context", f"the handoff questions do not fit: {exc}") from exc
         self.record_reply(questions)
         answers = await self._ask_unwinding(old, render("handoff_answers", questions=questions.text))
         self.context = [*self.base_context(), *fresh]
@@ -308,7 +413,8 @@ class _Episode:
         self.context_tokens = questions.usage.prompt_tokens + questions.usage.completion_tokens
         free = self.model.context_length - self.context_tokens
         if free < self.config.handoff_free_tokens:
-            raise _EpisodeEnd("context", f"only {free} tokens free right after a handoff")
+            raise EpisodeEnd("context", f"only {free} tokens free right after a handoff")
+        self.notes.extend(self.handoff_notes())
         return render("handoff_resume", answers=answers)
 
     async def _ask_unwinding(self, context: list[ChatMessage], content: str) -> str:
@@ -318,7 +424,7 @@ class _Episode:
                 completion = await self.ask(context, content, "harness")
             except ContextLengthError as exc:
                 if len(context) < len(self.base_context()) + 2:
-                    raise _EpisodeEnd("context", f"the handoff does not fit: {exc}") from exc
+                    raise EpisodeEnd("context", f"the handoff does not fit: {exc}") from exc
                 del context[-2:]
                 continue
             self.record_reply(completion)

@@ -397,8 +397,26 @@ class ScriptedModel:
             )
             for i, c in enumerate(chunks)
         ]
+        # Under RSRT a solver sometimes claims before its last chunk ran; the hidden tests
+        # say "failed" and, on the retry, it types the rest and claims again.
+        early = (
+            harness == "rsrt" and not guided and _unit("early", instruction, seed_key) < 0.4
+            and self._solves(instruction, harness, seed_key, 0, guided)
+        )
+        if early and retry == 0:
+            return [*typed[:-1], *_give_up("Everything should be in place now.")]
+        if early and retry == 1:
+            return [typed[-1], *_give_up("The remaining part ran; now it is done.")]
         if self._solves(instruction, harness, seed_key, retry, guided):
             lead = [explore] if _unit("explore", *roll) < 0.5 else []
+            if harness == "statem" and _unit("statem", *roll) < 0.7:
+                lead.append(_actor(
+                    "The workflow asks me to understand and plan first.", "Tick the items and move on.",
+                    [("statem check read-task\n", 0.1), ("statem check inspected-environment\n", 0.1),
+                     ("statem goto plan\n", 0.1), ("statem check wrote-plan\n", 0.1),
+                     ("statem goto implement\n", 0.1)],
+                    False,
+                ))
             if _unit("stumble", *roll) < 0.1:
                 lead.append("Let me think about this task before I answer.")
             return [*lead, *typed, *_give_up("The solution ran; the task should be done.")]

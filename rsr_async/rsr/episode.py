@@ -16,15 +16,36 @@ import time
 
 import anyio
 
+from ..analysis.style import episode_style
 from ..config import HarnessConfig
 from ..engine import Job, JobContext
-from ..harness import EpisodeOutcome, get_harness
+from ..errors import HarnessError
+from ..harness import EpisodeOutcome, HarnessDeps, get_harness
+from ..harness.rsrt import DEFAULT_WALL_CLOCK_S
 from ..llm.base import ChatModel
 from ..sandbox import SandboxPool
-from ..schema import EpisodeResult, EpisodeSpec, Trajectory
+from ..sandbox.base import Sandbox
+from ..sandbox.container import DockerSandbox
+from ..schema import EpisodeResult, EpisodeSpec, Task, Trajectory
 from ..tasks import verify
+from ..tasks.verifier import Verification
 
-__all__ = ["EpisodeRunner"]
+__all__ = ["EpisodeRunner", "SnapshotGrader"]
+
+
+class SnapshotGrader:
+    """RSRT's grader: the hidden tests run in a sibling container started from a commit
+    of the agent's sandbox (:meth:`SandboxPool.snapshot`), never in the agent's own."""
+
+    def __init__(self, pool: SandboxPool, limiter: anyio.CapacityLimiter) -> None:
+        self._pool = pool
+        self._limiter = limiter
+
+    async def __call__(self, sandbox: Sandbox, task: Task, *, key: str) -> Verification:
+        if not isinstance(sandbox, DockerSandbox):
+            raise HarnessError(f"{key}: hidden tests need a Docker sandbox to copy")
+        async with self._limiter, self._pool.snapshot(sandbox, task, key=key) as copy:
+            return await verify(copy, task)
 
 _BACKSTOP_S = 30.0
 
@@ -45,20 +66,24 @@ class EpisodeRunner:
         harness: HarnessConfig,
         scripted: bool,
         max_concurrent_verifiers: int = 8,
+        rsrt_wall_clock_s: float = DEFAULT_WALL_CLOCK_S,
     ) -> None:
         self._pool = pool
         self._model = model
         self._scripted = scripted
         self._harness_config = harness
         self._verifiers = anyio.CapacityLimiter(max_concurrent_verifiers)
+        self._deps = HarnessDeps(
+            grader=SnapshotGrader(pool, self._verifiers), rsrt_wall_clock_s=rsrt_wall_clock_s
+        )
 
     async def __call__(self, job: Job, ctx: JobContext) -> EpisodeResult:
         spec = job.spec
         if not isinstance(spec, EpisodeSpec):
             raise TypeError(f"{job.key}: EpisodeRunner runs episodes, got {type(spec).__name__}")
-        harness = get_harness(spec.harness, self._harness_config)
+        harness = get_harness(spec.harness, self._harness_config, self._deps)
         started = time.time()
-        agent_time = spec.deadline_s if spec.deadline_s is not None else spec.task.agent_timeout_s
+        agent_time = harness.deadline_for(spec)
         last = Trajectory(task=spec.task.name, harness=spec.harness, model=self._model.model_name)
 
         reported = 0  # messages already reported to the engine's live meters
@@ -86,8 +111,10 @@ class EpisodeRunner:
                     usage=last.usage(),
                     error=None,
                 )
-            async with self._verifiers:  # the verifier's timeout then counts its own run only
-                verification = await verify(sandbox, spec.task)
+            verification = outcome.verification  # RSRT: its last hidden run is the verdict
+            if verification is None:
+                async with self._verifiers:  # the verifier's timeout then counts its own run only
+                    verification = await verify(sandbox, spec.task)
         return EpisodeResult(
             key=spec.key,
             status="succeeded" if verification.passed else "failed",
@@ -101,6 +128,7 @@ class EpisodeRunner:
             started_at=started,
             finished_at=time.time(),
             turns=outcome.turns,
+            style=episode_style(outcome.trajectory, turns=outcome.turns),
             model=self._model.model_name,
             scripted=self._scripted,
         )

@@ -108,6 +108,7 @@ async def episode_runtime(
             harness=config.harness,
             scripted=scripted,
             max_concurrent_verifiers=config.sandbox.max_concurrent_verifiers,
+            rsrt_wall_clock_s=config.rsr.rsrt_wall_clock_min * 60.0,
         )
         yield EpisodeRuntime(
             runner=episodes,

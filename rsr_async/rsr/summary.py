@@ -18,7 +18,20 @@ from ..analysis.passk import mean_pass_at_k
 from ..engine.store import Store
 from ..schema import Usage
 
-__all__ = ["RunSummary", "render_summary", "summarise", "write_summary"]
+__all__ = ["HarnessSummary", "RunSummary", "render_summary", "summarise", "write_summary"]
+
+
+class HarnessSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One harness's share of a run (the paper compares harnesses and their union)."""
+
+    episodes: int
+    """Jobs of this harness with a final status."""
+    succeeded: int
+    infra_errors: int
+    solved_tasks: int
+    pass_at_1: float
+    pass_at_k: float
+    pass_at_k_tasks: int
 
 
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +71,10 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Graded episodes (succeeded or failed) per model name their results record; ""
     counts results that record none (written before results carried their provenance)."""
     scripted_episodes: int = 0
+    harnesses: dict[str, HarnessSummary] = msgspec.field(default_factory=dict)
+    """Per harness: episodes, succeeded, solved tasks, pass@1, pass@k."""
+    union_solved: list[str] = msgspec.field(default_factory=list)
+    """Tasks solved by at least one harness (the union the paper's discovery gains use)."""
     """Graded episodes whose results say the scripted stand-in produced them."""
     pipeline: dict[str, Any] | None = None
     """The rewrite pipeline's figures (:func:`~rsr_async.rsr.figures.pipeline_figures`)
@@ -97,6 +114,23 @@ def summarise(
     k = max(1, attempts)
     pairs = [(n, c) for n, c in per_task.values() if n >= k]  # one task set for both
     final = counts["succeeded"] + counts["failed"] + counts["infra_error"] + counts["cancelled"]
+    finals: dict[str, Counter[str]] = defaultdict(Counter)
+    for row in store.rows(stage=stage):
+        if row.task in names and row.status in ("succeeded", "failed", "infra_error", "cancelled"):
+            finals[row.harness][row.status] += 1
+    harnesses: dict[str, HarnessSummary] = {}
+    for harness in sorted({h for _, h in per_task} | set(finals)):
+        mine = {t: nc for (t, h), nc in per_task.items() if h == harness}
+        own_pairs = [(n, c) for n, c in mine.values() if n >= k]
+        harnesses[harness] = HarnessSummary(
+            episodes=sum(finals[harness].values()),
+            succeeded=finals[harness]["succeeded"],
+            infra_errors=finals[harness]["infra_error"],
+            solved_tasks=sum(1 for _, c in mine.values() if c > 0),
+            pass_at_1=mean_pass_at_k(own_pairs, 1),
+            pass_at_k=mean_pass_at_k(own_pairs, k),
+            pass_at_k_tasks=len(own_pairs),
+        )
     return RunSummary(
         stage=stage,
         model=model,
@@ -124,6 +158,8 @@ def summarise(
         peak_sandboxes=peak_sandboxes,
         models=dict(sorted(models.items())),
         scripted_episodes=scripted,
+        harnesses=harnesses,
+        union_solved=sorted(solved),
     )
 
 

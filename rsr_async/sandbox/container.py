@@ -310,6 +310,23 @@ class DockerSandbox:
                 raise
         await anyio.to_thread.run_sync(_extract_to, archive, Path(local))
 
+    @property
+    def url(self) -> str:
+        """The Docker host this container runs on."""
+        return self._url
+
+    async def commit(self, *, repository: str, tag: str, labels: dict[str, str]) -> str:
+        """Snapshot the container's filesystem as image ``repository:tag`` (running
+        processes are not part of it); returns the image id. The container is paused for
+        the commit, so the agent's files are caught in one consistent state."""
+        with docker_errors(f"{self.name}: commit", url=self._url), anyio.fail_after(
+            self._api_timeout
+        ):
+            info = await self._container.commit(
+                repository=repository, tag=tag, config={"Labels": labels}, pause=True
+            )
+        return str(info.get("Id", f"{repository}:{tag}"))
+
     async def shell(self) -> DockerShell:
         """The episode's persistent shell; a new one if the last one exited."""
         if self._shell is None or not self._shell.alive:

@@ -32,6 +32,8 @@ from .images import BuildOnce, build_task_image, image_id
 __all__ = [
     "LABEL_EPISODE",
     "LABEL_RUN",
+    "LABEL_SNAPSHOT",
+    "SNAPSHOT_REPOSITORY",
     "LeftoverContainer",
     "SandboxPool",
     "SandboxStats",
@@ -45,6 +47,10 @@ LABEL_TASK = "rsr_async.task"
 LABEL_OWNER = "rsr_async.owner"
 """``<host id>:<pid>:<process start ticks>`` of the process that started the container."""
 LABEL_RUN_DIR = "rsr_async.run_dir"
+LABEL_SNAPSHOT = "rsr_async.snapshot"
+"""On a verification copy and its committed image: the episode key it was copied from."""
+SNAPSHOT_REPOSITORY = "rsr-async-snapshot"
+"""Repository of committed snapshot images (removed right after their copy)."""
 LABEL_POOL = "rsr_async.pool"
 """A random id per :class:`SandboxPool`: its exit sweep touches only its own containers."""
 LOCK_NAME = "sandbox.lock"
@@ -400,7 +406,9 @@ class SandboxPool:
 
     # ------------------------------------------------------------------ containers
 
-    def _container_config(self, task: Task, image: str, key: str) -> dict[str, Any]:
+    def _container_config(
+        self, task: Task, image: str, key: str, snapshot_of: str | None = None
+    ) -> dict[str, Any]:
         cpus = task.cpus or self.config.default_cpus
         memory = (task.memory_mb or self.config.default_memory_mb) * 1024 * 1024
         network = task.allow_internet and self.config.allow_network
@@ -413,6 +421,8 @@ class SandboxPool:
         }
         if self.run_dir is not None:
             labels[LABEL_RUN_DIR] = str(self.run_dir.resolve())
+        if snapshot_of is not None:
+            labels[LABEL_SNAPSHOT] = snapshot_of
         config: dict[str, Any] = {
             "Image": image,
             "Entrypoint": ["sleep"],
@@ -444,8 +454,10 @@ class SandboxPool:
             config["WorkingDir"] = task.workdir
         return config
 
-    async def _start(self, host: DockerHost, task: Task, image: str, key: str) -> Any:
-        config = self._container_config(task, image, key)
+    async def _start(
+        self, host: DockerHost, task: Task, image: str, key: str, *, snapshot_of: str | None = None
+    ) -> Any:
+        config = self._container_config(task, image, key, snapshot_of)
         where = f"task {task.name!r} (episode {key})"
         slot = await host.start_slot()
         container_id: str | None = None
@@ -537,6 +549,60 @@ class SandboxPool:
             await self._discard(host, container.id)
         if error is not None:
             raise error
+
+    @contextlib.asynccontextmanager
+    async def snapshot(
+        self, source: DockerSandbox, task: Task, *, key: str
+    ) -> AsyncIterator[DockerSandbox]:
+        """A sibling container started from a commit of ``source``: the agent's files as
+        they are now, with none of its processes and no way back into its container.
+
+        RSRT runs the hidden tests here, so they never enter the container the agent
+        keeps working in. The copy is labelled like every container (plus
+        :data:`LABEL_SNAPSHOT`) and both it and the committed image are removed on exit.
+        """
+        host = next((h for h in self._hosts if h.url == source.url), None)
+        if host is None:
+            raise SandboxError(f"{source.name}: its Docker host {source.url} is not in this pool")
+        tag = uuid.uuid4().hex[:16]
+        image = f"{SNAPSHOT_REPOSITORY}:{tag}"
+        labels = {LABEL_RUN: self.run_id, LABEL_POOL: self._pool_id, LABEL_SNAPSHOT: key}
+        try:
+            await source.commit(repository=SNAPSHOT_REPOSITORY, tag=tag, labels=labels)
+            container = await self._start(host, task, image, f"{key}#copy", snapshot_of=key)
+            try:
+                async with anyio.create_task_group() as tg:
+                    sandbox = DockerSandbox(
+                        container,
+                        task_name=task.name,
+                        key=f"{key}#copy",
+                        url=host.url,
+                        task_group=tg,
+                        api_timeout_s=self.config.api_timeout_s,
+                        env=dict(task.env),
+                        workdir=task.workdir,
+                        memory_mb=task.memory_mb or self.config.default_memory_mb,
+                        quiet_s=self.config.shell_quiet_s,
+                    )
+                    try:
+                        yield sandbox
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await sandbox.aclose()
+                        tg.cancel_scope.cancel()
+            finally:
+                await self._discard(host, container.id)
+        finally:
+            await self._remove_image(host, image)
+
+    async def _remove_image(self, host: DockerHost, image: str) -> None:
+        """Delete a committed snapshot image (shielded; absent is fine)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.api_timeout_s):
+            try:
+                await host.docker.images.delete(image, force=True)
+            except aiodocker.DockerError as exc:
+                if exc.status != 404:
+                    self._remove_failures += 1
 
     async def prewarm(self, task: Task, count: int | None = None) -> int:
         """Start ``count`` (default ``sandbox.warm_pool``) containers of ``task``'s image ahead

@@ -33,3 +33,27 @@ async def test_the_scripted_model_plays_the_protocol_to_the_end() -> None:
         else:
             failed += 1
     assert solved and failed  # both paths were exercised
+
+
+async def test_the_scripted_model_claims_early_under_rsrt_and_recovers_after_failed() -> None:
+    from rsr_async.harness import Rsrt
+    from rsr_async.tasks.verifier import Verification
+
+    model = ScriptedModel({INSTRUCTION: SOLUTION})
+    task = Task(name="hello", path="/tasks/hello", instruction=INSTRUCTION)
+    recovered = 0
+    for seed in range(24):
+        sandbox = FakeShellSandbox(FakeShell())
+
+        async def grader(box: object, task: Task, *, key: str, sandbox: FakeShellSandbox = sandbox) -> Verification:
+            ok = sandbox.current.files.get("/app/bye.txt") == "bye\n"
+            return Verification(reward=1.0 if ok else 0.0)
+
+        spec = EpisodeSpec(key=JobKey(stage="t", task="hello", attempt=seed), task=task, seed=seed,
+                           harness="rsrt")
+        outcome = await Rsrt(HarnessConfig(max_turns=30), grader=grader).run(spec, sandbox, model)
+        claims = [m for m in outcome.trajectory.messages if m.content.startswith("[rsrt] completion claim")]
+        if len(claims) >= 2 and claims[-1].content.endswith("passed"):
+            recovered += 1
+            assert outcome.verification is not None and outcome.verification.passed
+    assert recovered  # an early claim was rejected and then fixed

@@ -66,6 +66,9 @@ async def test_the_reward_attack_fails_and_the_result_records_its_model(
     assert result.status == "failed" and result.reward == 0.0  # the planted 1 did not count
     assert (result.model, result.scripted) == ("attacker-7b", scripted)
     assert summary.models == {"attacker-7b": 1} and summary.scripted_episodes == int(scripted)
+    per_harness = summary.harnesses["terminus2"]
+    assert (per_harness.episodes, per_harness.succeeded, per_harness.solved_tasks) == (1, 0, 0)
+    assert list(summary.harnesses) == ["terminus2"] and summary.union_solved == []
     table = render_summary(summary)
     assert ("scripted stand-in" in (getattr(table, "caption", None) or "")) is scripted
 

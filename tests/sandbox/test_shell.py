@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from rsr_async.errors import ShellClosedError
+from rsr_async.harness import protocol
 from rsr_async.sandbox import DockerSandbox, DockerShell, SandboxPool
 
 from .conftest import make_task
@@ -215,3 +217,33 @@ async def test_upload_and_download_files_and_directories(pool: SandboxPool, tmp_
         assert (tmp_path / "copy.bin").read_bytes() == bytes(range(256))
         with pytest.raises(FileNotFoundError):
             await sandbox.download("/no/such/file", tmp_path / "x")
+
+
+CORPUS = Path(__file__).resolve().parent / "golden" / "tmux_corpus.json"
+
+
+async def test_terminal_corpus_matches_harbor_tmux(pool: SandboxPool) -> None:
+    """Every observation equals what Harbor's TmuxSession showed for the same keys with
+    real tmux (recorded by scripts/record_tmux_corpus.py)."""
+    corpus = json.loads(CORPUS.read_text("utf-8"))
+    assert len(corpus["turns"]) >= 25
+    differences: list[str] = []
+    started = time.monotonic()
+    full_waits = 0.0
+    async with pool.sandbox(make_task(workdir=corpus["workdir"]), key="corpus") as sandbox:
+        shell = await sandbox.shell()
+        shell.observe()
+        if protocol.screen_text(shell) != corpus["initial"]:
+            differences.append(f"initial screen: {protocol.screen_text(shell)!r}")
+        for turn in corpus["turns"]:
+            for keys, duration in turn["commands"]:
+                await shell.send(keys)
+                if not await shell.wait(duration):
+                    full_waits += duration
+            got = protocol.observe(shell)
+            if got != turn["observation"]:
+                differences.append(f"{turn['name']}:\n  want {turn['observation']!r}\n  got  {got!r}")
+    total = len(corpus["turns"]) + 1
+    print(f"corpus: {total - len(differences)}/{total} identical; "
+          f"{time.monotonic() - started:.1f} s, {full_waits:.1f} s of it full waits")
+    assert not differences, "\n".join(differences)

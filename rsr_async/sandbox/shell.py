@@ -44,7 +44,6 @@ from .terminal import (
     SCREEN_LINES,
     TerminalBuffer,
     decode_control_output,
-    enter_count,
     new_content,
     parse_keystrokes,
     tmux_quote,
@@ -239,30 +238,39 @@ class _Waiter:
 
     def __init__(self, buffer: TerminalBuffer) -> None:
         self.buffer = buffer
-        self.expected: int | None = None
+        self.expected: int | None = 0
+        """Markers the last keys will bring (None: unknown, so the wait is never cut)."""
         self.markers_at_send = 0
 
-    def idle(self) -> bool:
-        buffer = self.buffer
-        return buffer.last_kind == "P" and not buffer.printed_since_marker
+    def _answered(self) -> bool:
+        return (
+            self.expected is not None
+            and self.buffer.markers - self.markers_at_send >= self.expected
+        )
 
     def sent(self, data: bytes) -> None:
-        # At an idle prompt each Enter gives exactly one marker (PS1, or PS2 inside a
-        # heredoc or an open quote). Typed into a running program, only keys without an
-        # Enter (C-c, q) can be counted on: they end it, and bash has nothing typed ahead.
-        enters = enter_count(data)
-        if self.idle():
-            self.expected = enters or None
+        # At bash's prompt (a PS1 marker, every Enter sent so far answered) each Enter
+        # gives one marker: PS1, or PS2 inside a heredoc or an open quote; so does C-c.
+        # Typed into a running program, only keys without an Enter (C-c, q) can be
+        # counted on: they end it or they do not, and bash has nothing typed ahead.
+        at_prompt = self.buffer.last_kind == "P" and self._answered()
+        newlines = data.count(b"\r") + data.count(b"\n")
+        if at_prompt:
+            self.expected = newlines + data.count(b"\x03")
         else:
-            self.expected = 1 if enters and b"\r" not in data and b"\n" not in data else None
+            self.expected = 1 if data and not newlines else None
         self.markers_at_send = self.buffer.markers
 
     def done(self) -> bool:
+        """Every key sent has its prompt back, nothing printed since, no job left.
+        Keys that run nothing (text without Enter, an empty poll) are never done: the
+        echo of typed text may still be on its way."""
         buffer = self.buffer
         return (
-            self.expected is not None
-            and buffer.markers - self.markers_at_send >= self.expected
-            and self.idle()
+            bool(self.expected)
+            and self._answered()
+            and buffer.last_kind == "P"
+            and not buffer.printed_since_marker
             and buffer.last_jobs == 0
         )
 

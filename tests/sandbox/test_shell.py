@@ -87,6 +87,17 @@ async def test_login_shell_reads_profile_and_bashrc(pool: SandboxPool) -> None:
         assert "\nlogin\n" in text
 
 
+async def test_keys_reach_bash_as_typed(pool: SandboxPool) -> None:
+    # Every character tmux's command parser treats specially, through send-keys.
+    tricky = "$HOME \"q\" 'a' \\b `c` ; # ~ {x} %s é✓ end"
+    async with pool.sandbox(make_task(), key="keys") as sandbox:
+        shell = await sandbox.shell()
+        await shell.send(f"cat <<'EOF'\n{tricky}\nEOF\n")
+        assert await shell.wait(10)
+        text = shell.observe()
+        assert f"\n> EOF\n{tricky}\nroot@" in text, text
+
+
 async def test_ctrl_c_interrupts_a_program_that_never_ends(pool: SandboxPool) -> None:
     async with pool.sandbox(make_task(), key="ctrlc") as sandbox:
         shell = await sandbox.shell()

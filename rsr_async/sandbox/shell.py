@@ -345,9 +345,11 @@ class DockerShell:
         environment.update(
             TERM="xterm-256color", SHELL="/bin/bash", PROMPT_COMMAND=prompt_command(self._token)
         )
+        # A server per shell (-L): shells opened at once in one container would race to
+        # start the default one. Inside the pane $TMUX names it, so `tmux ls` there works.
         script = (
             f"command -v tmux >/dev/null 2>&1 || {{ echo '{_NO_TMUX.decode()}'; exit 127; }}; "
-            f'exec tmux -C new-session -x {SCREEN_COLUMNS} -y {SCREEN_LINES} -s "$1" '
+            f'exec tmux -L "$1" -C new-session -x {SCREEN_COLUMNS} -y {SCREEN_LINES} -s "$1" '
             f"'bash --login' \\; set-option -g history-limit {HISTORY_LINES}"
         )
         await self._io.open(

@@ -29,6 +29,7 @@ from anyio.lowlevel import checkpoint
 from ..errors import HarnessError, ShellClosedError
 from ..llm.base import ChatMessage, Completion
 from ..sandbox.base import ExecResult
+from ..sandbox.terminal import new_content
 from ..schema import Usage
 from .protocol import truncate_output
 
@@ -64,7 +65,7 @@ class FakeShell:
         self._heredoc: tuple[str, str, list[str]] | None = None
         """(end tag, command, body so far) while a heredoc is being typed."""
         self._transcript = banner + prompt
-        self._observed = 0
+        self._previous: str | None = None
         self._alive = True
 
     @property
@@ -106,11 +107,15 @@ class FakeShell:
         self.clock += min(remaining, max_s)
         return remaining <= max_s
 
-    def observe(self, max_bytes: int = 10000) -> str:
-        """Output since the last call, truncated; "" when there is none."""
-        new = self._transcript[self._observed :]
-        self._observed = len(self._transcript)
-        return truncate_output(new, max_bytes) if new.strip() else ""
+    def observe(self, max_bytes: int | None = None) -> str:
+        """New content by Harbor's rule (from the last line seen before: the prompt
+        line with the echoed command, then the output), cut to ``max_bytes`` when
+        given; "" when there is none."""
+        found = new_content(self._previous, self._transcript)
+        self._previous = self._transcript
+        if found is None or not found.strip():
+            return ""
+        return found if max_bytes is None else truncate_output(found, max_bytes)
 
     def screen(self) -> str:
         """The last ``rows`` lines of the transcript."""

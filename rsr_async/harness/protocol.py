@@ -300,19 +300,20 @@ def _first_json_object(text: str) -> str | None:
 
 
 def screen_text(shell: ShellSession, max_bytes: int = 10000) -> str:
-    """``Current Terminal Screen:`` and the screen, truncated."""
-    return render("observation_screen", screen=truncate_output(shell.screen(), max_bytes))
+    """``Current Terminal Screen:`` and the screen, the whole cut to ``max_bytes`` as
+    Terminus 2's ``_limit_output_length`` cuts it."""
+    return truncate_output("Current Terminal Screen:\n" + shell.screen(), max_bytes)
 
 
 def observe(shell: ShellSession, max_bytes: int = 10000) -> str:
-    """What the model sees after its commands ran: new output, or the screen if none.
-
-    The screen is emulated only when nothing new arrived (it costs milliseconds a turn).
-    """
-    text = shell.observe(max_bytes)
+    """What the model sees after its commands ran, as Harbor's
+    ``TmuxSession.get_incremental_output`` builds it: ``New Terminal Output:`` and the
+    new content, or the screen when nothing is new or the previous capture is gone;
+    the whole cut to ``max_bytes``."""
+    text = shell.observe(None)
     if not text.strip():
         return screen_text(shell, max_bytes)
-    return render("observation_new", output=text)
+    return truncate_output("New Terminal Output:\n" + text, max_bytes)
 
 
 # ---------------------------------------------------------------- feedback messages

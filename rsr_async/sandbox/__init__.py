@@ -5,7 +5,7 @@ SandboxPool (one per engine run, all Docker hosts)
 ├── ensure_image(task)        task image, built once per content hash
 ├── sandbox(task, key=...)    fresh container, removed on exit (shielded)
 │   └── DockerSandbox         run(), upload(), download(), shell()
-│       └── DockerShell       one bash on one exec stream with a pty: send/wait/observe
+│       └── DockerShell       Harbor's tmux pane over one exec stream: send/wait/observe
 └── statistics()              SandboxStats
 bootstrap_base_image()        offline base image (debootstrap + docker import)
 sweep()                       leftover labelled containers whose owner is gone

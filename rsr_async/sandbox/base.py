@@ -42,19 +42,23 @@ class ShellSession(Protocol):
         ...
 
     async def wait(self, max_s: float) -> bool:
-        """Wait up to ``max_s``; return early (True) once the command is done and quiet."""
+        """Wait up to ``min(max_s, 60)`` seconds, as Terminus 2 does; return early (True)
+        only when waiting longer could not show anything more: every Enter typed got its
+        prompt back, no background job runs, nothing was printed since. An empty poll, a
+        command that leaves a job running, keys typed into a program: the full wait."""
         ...
 
-    def observe(self, max_bytes: int = 10000) -> str:
-        """New output since the last observation, cleaned of ANSI codes and head/tail-
-        truncated to ``max_bytes`` with the omitted count; ``""`` when nothing is new.
-
-        It never renders the screen: emulating it costs milliseconds, so a caller asks
-        for :meth:`screen` only when it needs it (nothing new, a full-screen program)."""
+    def observe(self, max_bytes: int | None = None) -> str:
+        """New terminal content since the last observation by Harbor's rule (from the
+        previous capture's last line: the prompt line with the echoed command, then the
+        output, 160-column rows); ``""`` when nothing is new or the previous capture can
+        no longer be found (the caller shows :meth:`screen`). Head/tail-cut to
+        ``max_bytes`` when given; the harness cuts the whole observation instead."""
         ...
 
     def screen(self) -> str:
-        """The terminal screen as a person would see it now."""
+        """The terminal's visible rows now (``tmux capture-pane -p``: a newline after
+        each row, blank rows kept)."""
         ...
 
     async def close(self) -> None: ...

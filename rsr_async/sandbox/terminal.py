@@ -17,18 +17,26 @@ import pyte
 from wcwidth import wcwidth
 
 __all__ = [
+    "HISTORY_LINES",
     "SCREEN_COLUMNS",
     "SCREEN_LINES",
     "TerminalBuffer",
     "clean_output",
+    "decode_control_output",
     "enter_count",
+    "new_content",
     "parse_keystrokes",
+    "tmux_quote",
     "truncate_output",
 ]
 
 SCREEN_COLUMNS = 160
 SCREEN_LINES = 40
 """The pane size Terminus' tmux sessions use; the pty and the emulated screen agree."""
+
+HISTORY_LINES = 10_000_000
+"""The ``history-limit`` Harbor sets, globally and *after* creating its pane, so its own
+pane keeps tmux's default of 2000 lines (the option applies to new panes only)."""
 
 _NAMED_KEYS: dict[str, bytes] = {
     "enter": b"\r",
@@ -112,6 +120,47 @@ def enter_count(data: bytes) -> int:
     this with the prompts it sees to return early without a quiet period.
     """
     return sum(data.count(b) for b in (b"\r", b"\n", b"\x03", b"\x04", b"\x1a"))
+
+
+def tmux_quote(text: str) -> str:
+    """``text`` as one double-quoted tmux command argument (a control-mode command is one
+    line, so newlines and other controls go as escapes; ``$`` and ``~`` stay literal)."""
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in '"\\$':
+            out.append("\\" + char)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\{code:03o}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
+def decode_control_output(payload: bytes) -> bytes:
+    """The bytes of a control-mode ``%output`` line (tmux writes controls and ``\\`` as
+    three-digit octal escapes, everything else raw)."""
+    if b"\\" not in payload:
+        return payload
+    return codecs.escape_decode(payload)[0]
+
+
+def new_content(previous: str | None, current: str) -> str | None:
+    """Harbor's ``TmuxSession._find_new_content``: what is new in a ``capture-pane -S -``
+    against the previous capture, or None when the previous one cannot be found in it.
+
+    Kept exactly, quirk included: the cut is made at the offset of the previous
+    capture's last newline *within the previous capture*, which is where it sits in
+    the current one only while the history has not scrolled out or been cleared.
+    """
+    pb = "" if previous is None else previous.strip()
+    if pb in current:
+        idx = current.index(pb)
+        if "\n" in pb:
+            idx = pb.rfind("\n")
+        return current[idx:]
+    return None
 
 
 def truncate_output(text: str, max_bytes: int = 10000) -> str:
@@ -199,6 +248,7 @@ class TerminalBuffer:
         lines: int = SCREEN_LINES,
         keep_bytes: int = 256 * 1024,
         screen_backlog: int = 256 * 1024,
+        keep_text: bool = True,
     ) -> None:
         self._marker = f"\x1b]777;{token};".encode()
         self._carry = b""
@@ -208,6 +258,7 @@ class TerminalBuffer:
         self._keep = keep_bytes
         self._screen_pending = bytearray()
         self._screen_backlog = screen_backlog
+        self._keep_text = keep_text
         self._screen_reset = False
         self._screen_text: str | None = None
         self._screen = pyte.Screen(columns, lines)
@@ -219,6 +270,10 @@ class TerminalBuffer:
         """Kind of the last marker: ``P`` (PS1, waiting for a command) or ``C`` (PS2)."""
         self.last_status: int | None = None
         """Exit status of the last command, as the last PS1 marker reported it."""
+        self.last_jobs = 0
+        """Jobs the shell had (``\\j``: running or stopped) at the last PS1 marker."""
+        self.markers = 0
+        """PS1 and PS2 markers seen so far (each Enter at bash's prompt gives one)."""
         self.printed_since_marker = True
         """True when printable output arrived after the last marker."""
         self.last_output_at = time.monotonic()
@@ -257,18 +312,23 @@ class TerminalBuffer:
         self._text(data)
 
     def _mark(self, body: str) -> None:
-        kind, status = body[:1], body[1:]
+        kind = body[:1]
+        status, _, jobs = body[1:].partition(";")
         self.last_kind = kind
         self.printed_since_marker = False
+        self.markers += 1
         if kind == "P":
             self.prompts += 1
             self.last_status = int(status) if status.isdigit() else None
+            self.last_jobs = int(jobs) if jobs.isdigit() else 0
 
     def _text(self, data: bytes) -> None:
         if not data:
             return
         if not self.printed_since_marker and _printable(data):
             self.printed_since_marker = True
+        if not self._keep_text:
+            return
         self._pend_screen(data)
         if self._dropped == 0 and len(self._head) < self._keep:
             room = self._keep - len(self._head)

@@ -24,7 +24,7 @@ async def test_fake_shell_interprets_lines_heredocs_and_keys() -> None:
     assert shell.files["two.txt"] == "line 1\nline 2\n"
     out = shell.observe()
     assert "bash: nope: command not found\n" in out and "> line 1\n" in out
-    assert shell.observe() == ""  # nothing new
+    assert shell.observe() == "\nroot@sandbox:/app# "  # nothing new: Harbor repeats the last line
     await shell.send("echo par")
     await shell.send("tial\n")  # a line typed in two batches runs once, whole
     assert shell.observe().endswith("echo partial\npartial\nroot@sandbox:/app# ")

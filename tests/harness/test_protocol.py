@@ -92,9 +92,12 @@ async def test_observe_frames_new_output_or_the_screen() -> None:
     shell = FakeShell(files={"a.txt": "alpha\n"})
     shell.observe()
     await shell.send("cat a.txt\n")
-    assert protocol.observe(shell) == "New Terminal Output:\n\ncat a.txt\nalpha\nroot@sandbox:/app# "
-    # Nothing new: the screen, with its own header.
-    assert protocol.observe(shell) == "Current Terminal Screen:\n" + shell.screen()
+    # Harbor's diff: from the previous capture's last line (here the first prompt) on.
+    assert protocol.observe(shell) == "New Terminal Output:\nroot@sandbox:/app# cat a.txt\nalpha\nroot@sandbox:/app# "
+    # Nothing new: Harbor repeats the last line (the screen shows only when the previous
+    # capture is gone; the terminal corpus covers that with real tmux).
+    assert protocol.observe(shell) == "New Terminal Output:\n\nroot@sandbox:/app# "
+    assert protocol.screen_text(shell) == "Current Terminal Screen:\n" + shell.screen()
 
 
 async def test_observe_truncates_big_output() -> None:
@@ -102,6 +105,6 @@ async def test_observe_truncates_big_output() -> None:
     shell.observe()
     await shell.send("cat big.txt\n")
     text = protocol.observe(shell, 10000)
-    assert text.startswith("New Terminal Output:\n\ncat big.txt\nxxx")
+    assert text.startswith("New Terminal Output:\nroot@sandbox:/app# cat big.txt\nxxx")
     assert "interior bytes omitted" in text
     assert len(text.encode()) < 10000 + 200

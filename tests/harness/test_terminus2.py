@@ -101,7 +101,7 @@ async def test_solve_then_confirm_completes_with_every_message_tagged() -> None:
     assert "Current terminal state:\nCurrent Terminal Screen:\nroot@sandbox:/app# " in first
     # The observation is the new output, and the model saw it in the next call.
     observation = outcome.trajectory.messages[2].content
-    assert observation.startswith("New Terminal Output:\n\necho hello > /app/out.txt\n")
+    assert observation.startswith("New Terminal Output:\nroot@sandbox:/app# echo hello > /app/out.txt\n")
     assert "cat /app/out.txt\nhello\n" in observation
     assert last_user(model.calls[1].messages) == observation
     assert "Are you sure you want to mark the task as complete?" in last_user(model.calls[2].messages)
@@ -194,7 +194,7 @@ async def test_warnings_are_prepended_to_the_next_observation() -> None:
     prompt = last_user(model.calls[1].messages)
     assert prompt.startswith(
         "Previous response had warnings:\nWARNINGS: - Extra text detected before JSON object\n\n"
-        "New Terminal Output:\n\necho hi\nhi\n"
+        "New Terminal Output:\nroot@sandbox:/app# echo hi\nhi\n"
     )
     assert outcome.trajectory.messages[2].origin == "env"
 
@@ -242,9 +242,9 @@ async def test_big_output_is_cut_to_head_and_tail() -> None:
     assert len(observation.encode()) < 10200
 
 
-async def test_no_new_output_shows_the_screen() -> None:
+async def test_no_new_output_repeats_the_prompt_line_as_harbor_does() -> None:
     outcome, _, _, _ = await play([act(), act(done=True), act(done=True)])
-    assert outcome.trajectory.messages[2].content.startswith("Current Terminal Screen:\n")
+    assert outcome.trajectory.messages[2].content == "New Terminal Output:\nroot@sandbox:/app# "
 
 
 # ---------------------------------------------------------------- limits

@@ -51,7 +51,7 @@ async def test_an_episode_in_a_real_container() -> None:
     assert outcome.end_reason == "completed", outcome.error
     assert check.output.strip() == "hello"
     observations = [m.content for m in outcome.trajectory.messages if m.origin == "env"]
-    assert observations[0].startswith("New Terminal Output:\n\n")
+    assert observations[0].startswith("New Terminal Output:\nroot@sandbox:/# ")
     assert "hello" in observations[0]
     assert "slept" in observations[1]
     assert "^C" in observations[2] or "Current Terminal Screen:" in observations[2]

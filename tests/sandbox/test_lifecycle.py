@@ -154,7 +154,8 @@ async def test_a_dead_container_is_an_infra_error(pool: SandboxPool) -> None:
         shell = await sandbox.shell()
         await sandbox.run("kill -9 $(pgrep -x sleep)", time_limit=10)
         with anyio.fail_after(10):
-            await shell._reader_done.wait()  # the stream ends when the container does
+            while shell.alive:  # the stream ends when the container does
+                await shell.wait(0.05)
             while (await sandbox.state()).running:  # Docker notices a moment later
                 await shell.wait(0.05)
         assert not shell.alive

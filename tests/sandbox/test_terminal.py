@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pyte
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsr_async.sandbox import clean_output, parse_keystrokes, truncate_output
-from rsr_async.sandbox.terminal import TerminalBuffer, enter_count, render_screen
+from rsr_async.sandbox.shell import prompt_command
+from rsr_async.sandbox.terminal import (
+    TerminalBuffer,
+    decode_control_output,
+    enter_count,
+    new_content,
+    render_screen,
+    tmux_quote,
+)
 
 
 @pytest.mark.parametrize(
@@ -141,3 +152,44 @@ def test_render_screen_matches_pyte_display(parts: list[str]) -> None:
         assert len(ours) == 8
         return
     assert ours == theirs
+
+
+def test_markers_count_prompts_jobs_and_continuations() -> None:
+    buffer = TerminalBuffer("tok", keep_text=False)
+    buffer.feed(b"root@sandbox:/# \x1b]777;tok;P0;2\x07")
+    assert (buffer.prompts, buffer.markers, buffer.last_jobs, buffer.last_status) == (1, 1, 2, 0)
+    buffer.feed(b"> \x1b]777;tok;C\x07")
+    assert (buffer.prompts, buffer.markers, buffer.last_kind) == (1, 2, "C")
+    buffer.feed(b"x\x1b]777;tok;P1;0\x07")
+    assert (buffer.markers, buffer.last_jobs, buffer.last_status) == (3, 0, 1)
+    assert not buffer.has_text()  # a tmux shell keeps no text: tmux holds the pane
+
+
+def test_new_content_is_harbors_find_new_content() -> None:
+    # First capture: everything. Previous capture found: from its last line on, cut at
+    # the offset of that line *in the previous capture* (Harbor's quirk, kept).
+    assert new_content(None, "a\n") == "a\n"
+    assert new_content("p$\n\n\n", "p$ ls\nx\np$\n\n") == "p$ ls\nx\np$\n\n"
+    assert new_content("p$ ls\nx\np$\n\n", "p$ ls\nx\np$ echo\ny\np$\n") == "\np$ echo\ny\np$\n"
+    # Gone from the history (clear, a flood, the alternate screen): None.
+    assert new_content("old\nlines\n", "p$\n\n") is None
+
+
+def test_control_output_decodes_tmux_escapes() -> None:
+    assert decode_control_output(b"plain text") == b"plain text"
+    assert decode_control_output(b"a\\134b\\015\\012\\033[0m") == b"a\\b\r\n\x1b[0m"
+    assert decode_control_output("é✓".encode() + b"\\011\xff") == "é✓".encode() + b"\t\xff"
+
+
+def test_tmux_quote_escapes_what_tmux_would_expand() -> None:
+    assert tmux_quote('echo "$HOME" \\ ~\n') == '"echo \\"\\$HOME\\" \\\\ ~\\012"'
+    assert tmux_quote("\x03é") == '"\\003é"'
+
+
+def test_prompt_command_appends_the_marker_once(tmp_path: Path) -> None:
+    # A real bash: the marker lands at the end of whatever PS1 the profile set, once.
+    script = f'PS1="\\u@\\h:\\w\\$ "; PS2="> "; {prompt_command("tok")}; {prompt_command("tok")}; printf "%s|%s" "$PS1" "$PS2"'
+    out = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True, check=True).stdout
+    ps1, ps2 = out.split("|")
+    assert ps1 == "\\u@\\h:\\w$ \\[\\e]777;tok;P${__rsr_s};\\j\\a\\]"
+    assert ps2 == "> \\[\\e]777;tok;C\\a\\]"

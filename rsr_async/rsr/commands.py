@@ -227,6 +227,5 @@ async def _run(
 
 
 def _export_line(manifest: dict[str, Any]) -> str:
-    counts = manifest.get("counts", {})
-    sets = counts.get("per_set", counts) if isinstance(counts, dict) else {}
-    return ", ".join(f"{k}: {v}" for k, v in sorted(sets.items()) if isinstance(v, int)) or "written"
+    written = manifest.get("records", {}).get("written", {})
+    return ", ".join(f"{name}: {count}" for name, count in sorted(written.items())) or "nothing kept"

@@ -187,10 +187,25 @@ async def sweep(
                         removed=remove and not dry_run,
                     )
                 )
+            if not dry_run:
+                await _sweep_snapshots(docker, run_id, timeout_s=timeout_s)
         finally:
             await docker.close()
             await connector.close()
     return found
+
+
+async def _sweep_snapshots(docker: aiodocker.Docker, run_id: str | None, *, timeout_s: float) -> None:
+    """Remove RSRT verification images a killed process left: those of ``run_id`` (a run
+    directory has one live process at most, so none is in use when it starts again) and
+    those whose owner is provably gone. Their containers are gone by now."""
+    with anyio.fail_after(timeout_s):
+        images = await docker.images.list(filters={"label": [LABEL_SNAPSHOT]})
+    for image in images:
+        labels: dict[str, str] = image.get("Labels") or {}
+        if (run_id is not None and labels.get(LABEL_RUN) == run_id) or owner_gone(labels):
+            with anyio.move_on_after(timeout_s, shield=True), contextlib.suppress(aiodocker.DockerError):
+                await docker.images.delete(image["Id"], force=True)
 
 
 async def _remove(docker: aiodocker.Docker, container_id: str, *, timeout_s: float) -> bool:
@@ -313,6 +328,10 @@ class SandboxPool:
             for item in found:
                 if await _remove(host.docker, item.id, timeout_s=self.config.api_timeout_s):
                     self._removed += 1
+            # A commit a killed predecessor asked for can land after our start-up sweep
+            # (the daemon finishes it alone); at exit no snapshot of this run is in use.
+            with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError):
+                await _sweep_snapshots(host.docker, self.run_id, timeout_s=self.config.api_timeout_s)
 
     async def _close_hosts(self) -> None:
         for host in self._hosts:

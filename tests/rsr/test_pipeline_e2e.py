@@ -1,5 +1,5 @@
-"""`run --stages discover,rewrite,verify,export` end to end on bundled tasks: real
-containers, the embedded simulator with the scripted stand-in, a real SQLite store, a
+"""`run --config paper --stages discover,rewrite,verify,export` end to end on bundled
+tasks (all three harnesses: Terminus 2, StateM, RSRT): real containers, the embedded simulator with the scripted stand-in, a real SQLite store, a
 SIGKILL mid-pipeline and a rerun whose export is byte-identical to a clean run's."""
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def _dataset(tmp_path: Path) -> Path:
 
 def _cmd(dataset: Path, run_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "rsr_async", "run", "--dataset", str(dataset), "--run-dir", str(run_dir),
-            "--progress", "none", "--attempts", "2", "--concurrency", "8", "--stages", STAGES,
+            "--progress", "none", "--config", "paper", "--attempts", "1", "--concurrency", "8",
+            "--stages", STAGES,
             "--allow-scripted", *SMALL, *extra]
 
 
@@ -83,6 +84,11 @@ def _check_run(run_dir: Path) -> dict[str, object]:
                 if a.verdict is not None and a.verdict.accepted]
         direct = sum(1 for r in store.rows(stage="discover", status="succeeded") if r.harness == "terminus2")
     assert sources > 0, "no source succeeded: nothing to rewrite"
+    harnesses = summary["harnesses"]
+    assert set(harnesses) == {"terminus2", "statem", "rsrt"}
+    assert all(h["episodes"] == len(TASKS) and h["infra_errors"] == 0 for h in harnesses.values())
+    assert set(summary["union_solved"]) == {t for h in ("terminus2", "statem", "rsrt")
+                                           for t in _solved(run_dir, h)}
     figures = summary["pipeline"]
     assert figures["sources"] == sources and figures["kept"] == len(kept)
     # the manifest agrees with the store and with the files
@@ -99,6 +105,7 @@ def _check_run(run_dir: Path) -> dict[str, object]:
     for runbook in runbooks:  # nothing private reaches any exported file
         assert max(runbook.splitlines(), key=len) not in exported
     assert _leftovers(run_dir) == []
+    assert _snapshot_images() == []  # RSRT's hidden-verification copies are gone too
     return manifest
 
 
@@ -146,6 +153,16 @@ def test_pipeline_end_to_end_then_sigkill_and_rerun_gives_the_same_export(tmp_pa
                          env=run_cli_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert _export_files(killed) == before
+
+
+def _solved(run_dir: Path, harness: str) -> set[str]:
+    with Store.open_readonly(run_dir) as store:
+        return {r.task for r in store.rows(stage="discover", status="succeeded", harness=harness)}
+
+
+def _snapshot_images() -> list[str]:
+    return subprocess.run(["docker", "images", "-q", "--filter", "label=rsr_async.snapshot"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout.split()
 
 
 def _manifest(run_dir: Path) -> dict[str, object]:

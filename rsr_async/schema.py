@@ -226,7 +226,7 @@ class JobResult(msgspec.Struct, kw_only=True, tag_field="kind"):
     ) -> JobResult:
         """The result of a job the engine ended itself (infra error, deadline, cancel).
 
-        ``partial`` is what the runner last checkpointed (episodes keep it)."""
+        ``partial`` is what the runner last checkpointed (see :meth:`partial_fields`)."""
         return cls(
             key=key,
             status=status,
@@ -234,7 +234,14 @@ class JobResult(msgspec.Struct, kw_only=True, tag_field="kind"):
             error=error,
             started_at=started_at,
             finished_at=finished_at,
+            **cls.partial_fields(partial),
         )
+
+    @classmethod
+    def partial_fields(cls, partial: Trajectory | None) -> dict[str, Any]:
+        """What a kind keeps of a checkpointed trajectory when the engine ends its job
+        (episodes keep the trajectory; other kinds nothing)."""
+        return {}
 
     def columns(self) -> tuple[float | None, int | None]:
         """``(reward, turns)`` for the store's queryable columns (episodes have both)."""
@@ -272,28 +279,14 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     """Execution style; all defaults in stores written before this field existed."""
 
     @classmethod
-    def ended(
-        cls,
-        *,
-        key: JobKey,
-        status: JobStatus,
-        end_reason: EndReason,
-        error: str | None,
-        started_at: float,
-        finished_at: float,
-        partial: Trajectory | None,
-    ) -> EpisodeResult:
-        return cls(
-            key=key,
-            status=status,
-            end_reason=end_reason,
-            error=error,
-            started_at=started_at,
-            finished_at=finished_at,
-            trajectory=partial,
-            usage=partial.usage() if partial is not None else Usage(),
-            turns=sum(1 for m in partial.messages if m.origin == "model") if partial else 0,
-        )
+    def partial_fields(cls, partial: Trajectory | None) -> dict[str, Any]:
+        if partial is None:
+            return {}
+        return {
+            "trajectory": partial,
+            "usage": partial.usage(),
+            "turns": sum(1 for m in partial.messages if m.origin == "model"),
+        }
 
     def columns(self) -> tuple[float | None, int | None]:
         return self.reward, self.turns

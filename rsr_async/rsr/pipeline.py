@@ -101,6 +101,18 @@ def _seed(base: int, key: JobKey) -> int:
     return (zlib.crc32(str(key).encode()) ^ (base * 0x9E3779B1)) & 0x7FFFFFFF
 
 
+def _next_key(key: JobKey, stage: str, *, runbook: str | None = None, execution: int | None = None) -> JobKey:
+    """``key`` moved to ``stage``: the same source (task, harness, attempt) and runbook."""
+    return JobKey(
+        stage=stage,
+        task=key.task,
+        harness=key.harness,
+        attempt=key.attempt,
+        runbook=key.runbook if runbook is None else runbook,
+        execution=key.execution if execution is None else execution,
+    )
+
+
 def _source_id(key: JobKey) -> str:
     return f"{key.task}:{key.harness}#a{key.attempt}"
 
@@ -152,13 +164,7 @@ class RewriteGraph:
         rejected: str | None = None,
         critique: str | None = None,
     ) -> Job:
-        key = JobKey(
-            stage="plan",
-            task=source_key.task,
-            harness=source_key.harness,
-            attempt=source_key.attempt,
-            runbook=f"r{index}d{draft}",
-        )
+        key = _next_key(source_key, "plan", runbook=f"r{index}d{draft}", execution=-1)
         return Job.of(
             PlanSpec(
                 key=key,
@@ -183,13 +189,7 @@ class RewriteGraph:
         if not isinstance(spec, PlanSpec) or not isinstance(result, PlanResult):
             return []
         if result.status == "succeeded" and result.runbook is not None:
-            key = JobKey(
-                stage="critique",
-                task=job.key.task,
-                harness=job.key.harness,
-                attempt=job.key.attempt,
-                runbook=job.key.runbook,
-            )
+            key = _next_key(job.key, "critique")
             return [
                 Job.of(
                     CritiqueSpec(
@@ -232,14 +232,7 @@ class RewriteGraph:
         rsr = self._config.rsr
         jobs = []
         for execution in range(self._m):
-            key = JobKey(
-                stage="execute",
-                task=job.key.task,
-                harness=job.key.harness,
-                attempt=job.key.attempt,
-                runbook=job.key.runbook,
-                execution=execution,
-            )
+            key = _next_key(job.key, "execute", execution=execution)
             jobs.append(
                 Job.episode(
                     EpisodeSpec(
@@ -262,14 +255,7 @@ class RewriteGraph:
             return []
         if result.trajectory is None:
             return []
-        key = JobKey(
-            stage="audit",
-            task=job.key.task,
-            harness=job.key.harness,
-            attempt=job.key.attempt,
-            runbook=job.key.runbook,
-            execution=job.key.execution,
-        )
+        key = _next_key(job.key, "audit")
         return [
             Job.of(
                 AuditSpec(
@@ -285,7 +271,7 @@ class RewriteGraph:
 
 
 def _discover_key(key: JobKey) -> JobKey:
-    return JobKey(stage="discover", task=key.task, harness=key.harness, attempt=key.attempt)
+    return _next_key(key, "discover", runbook="-", execution=-1)
 
 
 # ---------------------------------------------------------------------- runners

@@ -170,12 +170,14 @@ def _manifest(run_dir: Path) -> dict[str, object]:
 
 
 def _manifest_counts(run_dir: Path) -> dict[str, object]:
-    # What was selected, and the split; not what dedupe (by content) made of it.
+    # What was selected, and the split; not what dedupe (by content) made of it, nor
+    # figures that depend on observed output (audit verdicts, turns).
     manifest = _manifest(run_dir)
     split = manifest["split"]
     assert isinstance(split, dict)
-    return {"received": manifest["records"]["received"], "train": split["train"],  # type: ignore[index]
-            "validation": split["validation"], "counts": manifest["counts"]}
+    received = manifest["records"]["received"]  # type: ignore[index]
+    return {"sources": (received["baseline"], received["direct"]), "train": split["train"],
+            "validation": split["validation"]}
 
 
 def _replies(run_dir: Path) -> dict[str, dict[str, list[str]]]:

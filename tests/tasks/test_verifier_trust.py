@@ -59,7 +59,9 @@ async def test_background_reward_writers_cannot_turn_a_failure_into_a_pass(
         for attack in ATTACKS:
             shell = await sandbox.shell()  # a new one each round: the last one was killed
             await shell.send(f"mkdir -p /logs/verifier; {attack}\n")
-            assert await shell.wait(30)
+            # A command that leaves a job running waits its full duration (Harbor's rule);
+            # the loop's first write below is what we synchronise on.
+            await shell.wait(0.5)
             # The loop is live and writing (synchronised on the file it writes, not a sleep).
             await sandbox.run("rm -f /logs/verifier/reward.txt; until [ -s /logs/verifier/reward.txt ]; "
                               "do sleep 0.01; done; echo extra > /logs/verifier/notes", time_limit=20)

@@ -335,11 +335,13 @@ class TerminusSession:
         free = self.model.context_length - self.context_tokens
         if may_hand_off and self.turn and free < self.config.handoff_free_tokens:
             prompt, origin = await self.handoff(), "harness"
+        notes = self.take_notes()
         try:
-            completion = await self.ask(self.context, prompt, origin, self.take_notes())
+            completion = await self.ask(self.context, prompt, origin, notes)
         except ContextLengthError as exc:
             if self.turn == 0:
                 raise EpisodeEnd("context", f"the task prompt does not fit: {exc}") from exc
+            self.notes[:0] = notes  # the refused prompt's notes follow the handoff prompt
             completion = await self.ask_after_handoff()
         self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
         return completion

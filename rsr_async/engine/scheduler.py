@@ -572,6 +572,11 @@ class Engine:
             if self._stopping():
                 slots.release()
                 break
+            try:  # never start a job once this run is cancelled (no yield when it is not)
+                await anyio.lowlevel.checkpoint_if_cancelled()
+            except BaseException:
+                slots.release()
+                raise
             counts = self._counts(job.key.stage)
             counts.started += 1
             counts.running += 1

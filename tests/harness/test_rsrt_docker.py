@@ -53,10 +53,11 @@ def hidden_task(tmp_path: Path) -> Task:
                 verifier_timeout_s=30, agent_timeout_s=60)
 
 
-def _snapshot_images() -> list[str]:
+def _snapshot_images(run_id: str) -> list[str]:
+    """Committed snapshot images of this test's run (other runs may commit meanwhile)."""
     return subprocess.run(
-        ["docker", "images", "-q", SNAPSHOT_REPOSITORY], capture_output=True, text=True,
-        check=True, timeout=60,
+        ["docker", "images", "-q", "--filter", f"label=rsr_async.run={run_id}", SNAPSHOT_REPOSITORY],
+        capture_output=True, text=True, check=True, timeout=60,
     ).stdout.split()
 
 
@@ -77,7 +78,6 @@ async def test_a_failed_claim_leaves_nothing_to_find_and_the_agent_recovers(tmp_
         act(done=True), act(done=True),          # claim 2: pass
     ])
     run_id = f"test-rsrt-{uuid.uuid4().hex[:8]}"
-    images_before = set(_snapshot_images())
     async with SandboxPool(SandboxConfig(api_timeout_s=60.0), run_id=run_id) as pool:
         grader = SnapshotGrader(pool, anyio.CapacityLimiter(1))
         async with pool.sandbox(task, key=str(key)) as sandbox:
@@ -86,7 +86,7 @@ async def test_a_failed_claim_leaves_nothing_to_find_and_the_agent_recovers(tmp_
             left = await sandbox.run("ls -d /tests /logs/verifier 2>&1; echo rc=$?", time_limit=30)
             assert "rc=2" in left.output, left.output
         assert await pool.containers() == []
-    assert set(_snapshot_images()) <= images_before  # the committed copies are gone too
+    assert _snapshot_images(run_id) == []  # the committed copies are gone too
     assert _labelled(run_id) == []
 
     assert outcome.end_reason == "completed", outcome.error

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
+
+import anyio
 
 from ..config import Config
 from ..engine import Job, JobContext
@@ -363,12 +366,16 @@ class CritiqueRunner(_ModelRunner):
         if not isinstance(spec, CritiqueSpec):
             raise TypeError(f"{job.key}: CritiqueRunner runs critique jobs, got {type(spec).__name__}")
         runbook = spec.runbook
-        reasons = rule_checks(
-            runbook.text,
-            task=spec.task,
-            source=spec.plan.source_trajectory,
-            ngram=self._ngram,
-            overlap_threshold=self._overlap,
+        # Reads the task's solution/ and tests/ files: off the event loop.
+        reasons = await anyio.to_thread.run_sync(
+            partial(
+                rule_checks,
+                runbook.text,
+                task=spec.task,
+                source=spec.plan.source_trajectory,
+                ngram=self._ngram,
+                overlap_threshold=self._overlap,
+            )
         )
         if reasons:
             verdict = Verdict(subject=runbook.id, accepted=False, stage="deterministic",

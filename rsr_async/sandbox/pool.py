@@ -20,6 +20,7 @@ from typing import Any
 
 import aiodocker
 import anyio
+import anyio.abc
 import msgspec
 
 from ..config import SandboxConfig
@@ -314,6 +315,28 @@ class SandboxPool:
                 await self._close_hosts()
                 self._release_lock()
 
+    def _wrap(
+        self,
+        container: aiodocker.docker.DockerContainer,
+        task: Task,
+        key: str,
+        host: DockerHost,
+        tg: anyio.abc.TaskGroup,
+    ) -> DockerSandbox:
+        """The :class:`DockerSandbox` over a started container (episode or verification copy)."""
+        return DockerSandbox(
+            container,
+            task_name=task.name,
+            key=key,
+            url=host.url,
+            task_group=tg,
+            api_timeout_s=self.config.api_timeout_s,
+            env=dict(task.env),
+            workdir=task.workdir,
+            memory_mb=task.memory_mb or self.config.default_memory_mb,
+            quiet_s=self.config.shell_quiet_s,
+        )
+
     async def _sweep_own(self) -> None:
         """Last resort at exit: anything Docker still lists as this pool's goes."""
         for host in self._hosts:
@@ -543,18 +566,7 @@ class SandboxPool:
         error: BaseException | None = None
         try:
             async with anyio.create_task_group() as tg:
-                sandbox = DockerSandbox(
-                    container,
-                    task_name=task.name,
-                    key=key,
-                    url=host.url,
-                    task_group=tg,
-                    api_timeout_s=self.config.api_timeout_s,
-                    env=dict(task.env),
-                    workdir=task.workdir,
-                    memory_mb=task.memory_mb or self.config.default_memory_mb,
-                    quiet_s=self.config.shell_quiet_s,
-                )
+                sandbox = self._wrap(container, task, key, host, tg)
                 try:
                     yield sandbox
                 except BaseException as exc:
@@ -591,18 +603,7 @@ class SandboxPool:
             container = await self._start(host, task, image, f"{key}#copy", snapshot_of=key)
             try:
                 async with anyio.create_task_group() as tg:
-                    sandbox = DockerSandbox(
-                        container,
-                        task_name=task.name,
-                        key=f"{key}#copy",
-                        url=host.url,
-                        task_group=tg,
-                        api_timeout_s=self.config.api_timeout_s,
-                        env=dict(task.env),
-                        workdir=task.workdir,
-                        memory_mb=task.memory_mb or self.config.default_memory_mb,
-                        quiet_s=self.config.shell_quiet_s,
-                    )
+                    sandbox = self._wrap(container, task, f"{key}#copy", host, tg)
                     try:
                         yield sandbox
                     finally:

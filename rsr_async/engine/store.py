@@ -68,7 +68,7 @@ __all__ = [
     "resume_view",
 ]
 
-R = TypeVar("R", bound=JobResult)
+R = TypeVar("R", bound=msgspec.Struct)
 
 SCHEMA_VERSION: Final = 1
 APPLICATION_ID: Final = 0x52535241  # "RSRA": marks the file as ours for `file`/sqlite tools
@@ -825,6 +825,15 @@ class Store:
         except msgspec.DecodeError as exc:
             raise StoreCorruptError(f"{where}: stored spec cannot be decoded: {exc}") from exc
 
+    def task_specs(self, *, stage: str | None = None) -> dict[str, JobSpec]:
+        """One stored spec per task (any of its jobs' of ``stage``): what is known of each
+        task (its ``Task`` record) without decoding every job's spec."""
+        where, params = _where(stage=stage)
+        fetched = self._read(
+            f"SELECT task, min(key) FROM jobs{where} GROUP BY task ORDER BY task", params
+        )
+        return {task: spec for task, key in fetched if (spec := self.spec(key)) is not None}
+
     def jobs(self, *, stage: str | None = None, status: str | Iterable[str] | None = None) -> list[Job]:
         """The stored jobs (key and typed spec), ordered by key."""
         return [
@@ -857,7 +866,10 @@ class Store:
         harness: str | None = None,
         chunk: int = 256,
     ) -> Iterator[R]:
-        """Stored results of one kind (``PlanResult``, ``AuditResult`` ...), ordered by key."""
+        """Stored results of one kind (``PlanResult``, ``AuditResult`` ...), ordered by key.
+
+        ``kind`` may also be a partial view of a result type (a Struct with the same tag and
+        only some of its fields): the rest of each blob is skipped, not decoded."""
         where, params = _where(stage=stage, status=status, task=task, harness=harness)
         where = f"{where} AND" if where else " WHERE"
         tag = str(kind.__struct_config__.tag)

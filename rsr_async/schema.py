@@ -247,6 +247,18 @@ class JobResult(msgspec.Struct, kw_only=True, tag_field="kind"):
         """``(reward, turns)`` for the store's queryable columns (episodes have both)."""
         return None, None
 
+    heavy: ClassVar[tuple[str, ...]] = ()
+    """Fields :meth:`light` leaves out: the bulky ones (trajectories, raw text)."""
+
+    def light(self) -> JobResult:
+        """This result without its :attr:`heavy` fields (set to their defaults): what the
+        store keeps beside the full result for analyses that read every job."""
+        if not self.heavy:
+            return self
+        return msgspec.structs.replace(
+            self, **{name: _DEFAULTS[type(self)][name] for name in self.heavy}
+        )
+
 
 class EpisodeStyle(msgspec.Struct, frozen=True, kw_only=True):
     """How an episode went about its task (the paper's Table 3), from its trajectory by
@@ -288,6 +300,8 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
             "turns": sum(1 for m in partial.messages if m.origin == "model"),
         }
 
+    heavy: ClassVar[tuple[str, ...]] = ("trajectory", "verifier_output")
+
     def columns(self) -> tuple[float | None, int | None]:
         return self.reward, self.turns
 
@@ -328,6 +342,8 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True):
 class PlanResult(JobResult, kw_only=True, tag="plan"):
     """A planner job's output: one runbook draft (``None`` when the reply was unusable)."""
 
+    heavy: ClassVar[tuple[str, ...]] = ("reply",)
+
     runbook: Runbook | None = None
     reply: str = ""
     """The planner's raw reply (kept for inspection)."""
@@ -335,6 +351,8 @@ class PlanResult(JobResult, kw_only=True, tag="plan"):
 
 class CritiqueResult(JobResult, kw_only=True, tag="critique"):
     """A critic job's output: the verdict on one runbook draft."""
+
+    heavy: ClassVar[tuple[str, ...]] = ("reply",)
 
     verdict: Verdict | None = None
     reply: str = ""
@@ -347,6 +365,8 @@ class AuditResult(JobResult, kw_only=True, tag="audit"):
     flagged: tuple[Leak, ...] = ()
     """Values the deterministic scanner flagged (the auditor ruled on each)."""
     reply: str = ""
+
+    heavy: ClassVar[tuple[str, ...]] = ("reply",)
 
 
 class JobSpecBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
@@ -446,12 +466,26 @@ JobSpec: TypeAlias = EpisodeSpec | PlanSpec | CritiqueSpec | AuditSpec
 """What a job runs: a tagged union on ``kind``."""
 AnyResult: TypeAlias = EpisodeResult | PlanResult | CritiqueResult | AuditResult
 """What a job produced: a tagged union on ``kind``."""
+def _field_defaults(cls: type[msgspec.Struct]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in msgspec.structs.fields(cls):
+        if field.default is not msgspec.NODEFAULT:
+            out[field.name] = field.default
+        elif field.default_factory is not msgspec.NODEFAULT:
+            out[field.name] = field.default_factory()
+    return out
+
+
 RESULT_TYPES: dict[str, type[JobResult]] = {
     "episode": EpisodeResult,
     "plan": PlanResult,
     "critique": CritiqueResult,
     "audit": AuditResult,
 }
+_DEFAULTS: dict[type[JobResult], dict[str, Any]] = {
+    cls: _field_defaults(cls) for cls in (JobResult, EpisodeResult, PlanResult, CritiqueResult, AuditResult)
+}
+"""Per result type, its fields' defaults (what :meth:`JobResult.light` puts in)."""
 SPEC_TYPES: dict[str, type[JobSpecBase]] = {
     "episode": EpisodeSpec,
     "plan": PlanSpec,

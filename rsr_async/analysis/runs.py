@@ -8,16 +8,24 @@ fields the tables use (the trajectory is skipped, not built).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ..engine.store import Store
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreError
 from ..schema import EpisodeStyle, JobKey, JobStatus, Task
 from .rollouts import Rollout, TaskInfo
+from .tables import (
+    AnalysisInput,
+    RewriteData,
+    RewriteExecution,
+    harness_order,
+    tasks_with_rollouts,
+)
 
-__all__ = ["store_rollouts", "store_tasks", "subset_of"]
+__all__ = ["read_run", "source_id", "store_rewrites", "store_rollouts", "store_tasks", "subset_of"]
 
 
 class _EpisodeDetails(msgspec.Struct, kw_only=True, tag="episode", tag_field="kind"):
@@ -29,6 +37,7 @@ class _EpisodeDetails(msgspec.Struct, kw_only=True, tag="episode", tag_field="ki
     rewards: dict[str, float] = msgspec.field(default_factory=dict)
     turns: int = 0
     style: EpisodeStyle = EpisodeStyle()
+    scripted: bool = False
 
 
 _FINAL = ("succeeded", "failed", "infra_error", "cancelled")
@@ -38,7 +47,7 @@ def store_rollouts(store: Store, *, stage: str = "discover") -> list[Rollout]:
     """Every finished episode of ``stage`` as a :class:`Rollout` (pending ones are not
     rollouts yet). ``harness`` is the key's harness: for ``execute`` jobs, the source's."""
     out: list[Rollout] = []
-    for result in store.outputs(_EpisodeDetails, stage=stage, status=_FINAL):
+    for result in store.outputs(_EpisodeDetails, stage=stage, status=_FINAL, light=True):
         key = result.key
         status = result.status
         if status not in _FINAL:
@@ -91,3 +100,120 @@ def store_tasks(
                     name=name, domain=task.category, subset=subset_of(task, subset_key)
                 )
     return infos
+
+
+class _Command(msgspec.Struct):
+    keystrokes: str
+
+
+class _MessageView(msgspec.Struct):
+    origin: str
+    commands: list[_Command] = msgspec.field(default_factory=list)
+
+
+class _TrajectoryView(msgspec.Struct):
+    messages: list[_MessageView] = msgspec.field(default_factory=list)
+
+
+class _ExecutionView(msgspec.Struct, kw_only=True, tag="episode", tag_field="kind"):
+    """A successful execution's key and its commands per model turn (nothing else)."""
+
+    key: JobKey
+    trajectory: _TrajectoryView | None = None
+
+
+class _VerdictView(msgspec.Struct):
+    subject: str
+    accepted: bool
+
+
+class _CritiqueView(msgspec.Struct, kw_only=True, tag="critique", tag_field="kind"):
+    key: JobKey
+    status: JobStatus
+    verdict: _VerdictView | None = None
+
+
+class _AuditView(msgspec.Struct, kw_only=True, tag="audit", tag_field="kind"):
+    key: JobKey
+    status: JobStatus
+    verdict: _VerdictView | None = None
+
+
+def source_id(task: str, harness: str, attempt: int) -> str:
+    """How the rewrite tables name a source: ``task/harness/aN``."""
+    return f"{task}/{harness}/a{attempt}"
+
+
+def store_rewrites(store: Store, rollouts: Iterable[Rollout]) -> RewriteData | None:
+    """The rewrite stages' records, or None when the run has no rewrite jobs."""
+    executions = store.rows(stage="execute")
+    plans = store.counts(stage="plan")
+    if not executions and not any(plans.values()):
+        return None
+    sources = {
+        source_id(r.task, r.harness, r.attempt): r.turns or 0 for r in rollouts if r.passed
+    }
+    runbooks: dict[str, int] = {}
+    for critique in store.outputs(_CritiqueView, stage="critique", status="succeeded", light=True):
+        if critique.verdict is not None and critique.verdict.accepted:
+            key = critique.key
+            sid = source_id(key.task, key.harness, key.attempt)
+            runbooks[sid] = runbooks.get(sid, 0) + 1
+    kept = {
+        audit.verdict.subject
+        for audit in store.outputs(_AuditView, stage="audit", status="succeeded", light=True)
+        if audit.verdict is not None and audit.verdict.accepted
+    }
+    commands: dict[str, tuple[tuple[str, ...], ...]] = {}
+    for view in store.outputs(_ExecutionView, stage="execute", status="succeeded"):
+        messages = view.trajectory.messages if view.trajectory is not None else []
+        commands[str(view.key)] = tuple(
+            tuple(c.keystrokes for c in m.commands) for m in messages if m.origin == "model"
+        )
+    return RewriteData(
+        sources=sources,
+        runbooks=runbooks,
+        executions=[
+            RewriteExecution(
+                key=row.key,
+                task=row.task,
+                source=source_id(row.task, row.harness, row.attempt),
+                runbook=row.runbook,
+                status=row.status,
+                turns=row.turns or 0,
+                kept=row.status == "succeeded" and row.key in kept,
+                commands=commands.get(row.key, ()),
+            )
+            for row in executions
+            if row.status in _FINAL
+        ],
+    )
+
+
+def read_run(
+    run_dir: str | Path, *, subset_key: str | None = None, k: int | None = None
+) -> AnalysisInput:
+    """Everything the tables need from one run directory (opened read-only)."""
+    store = Store.open_readonly(run_dir)
+    try:
+        config = store.config() or {}
+        run = config.get("run", {}) if isinstance(config.get("run"), dict) else {}
+        rollouts = store_rollouts(store, stage="discover")
+        if not rollouts and not store.rows(stage="discover"):
+            raise StoreError(f"{run_dir}: the run has no discover episodes to analyse")
+        known = store_tasks(store, stages=("discover",), subset_key=subset_key)
+        harnesses = harness_order({r.harness for r in rollouts}, run.get("harnesses", ()))
+        attempts = int(run.get("attempts", 0)) or max((r.attempt + 1 for r in rollouts), default=1)
+        scripted = "scripted" in store.meta().get("model", "")
+        rewrites = store_rewrites(store, rollouts)
+    finally:
+        store.close()
+    return AnalysisInput(
+        rollouts=rollouts,
+        tasks=tasks_with_rollouts(rollouts, known),
+        harnesses=harnesses,
+        k=k or attempts,
+        origin=f"run directory {Path(run_dir).resolve()}",
+        scripted=scripted,
+        rewrites=rewrites,
+    )

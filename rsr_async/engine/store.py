@@ -15,9 +15,14 @@ Tables::
     meta(key TEXT PRIMARY KEY, value TEXT)      schema_version, app, created_at, config
     jobs(key TEXT PRIMARY KEY, stage, task, harness, attempt, runbook, execution,
          kind, status, tries, reward, end_reason, turns, error,
-         spec BLOB, result BLOB, codec, created_at, started_at, finished_at)
+         spec BLOB, result BLOB, codec, light BLOB, created_at, started_at, finished_at)
 
-Blobs are msgspec JSON, zlib-compressed when larger than 2 KiB (``codec`` 1).
+Blobs are msgspec JSON, zlib-compressed when larger than 2 KiB (``codec`` 1). ``light``
+is the result without its bulky fields (:meth:`~rsr_async.schema.JobResult.light`:
+trajectory, verifier output, raw replies), uncompressed, so analyses over every job read
+a few hundred bytes a row instead of inflating whole trajectories; stores written before
+it existed get the column on their next writable open and are read from ``result``
+where it is empty.
 
 A file that is not SQLite, not ours, or fails SQLite's integrity check raises
 :class:`~rsr_async.errors.StoreCorruptError` and is left untouched: a run is never
@@ -142,6 +147,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     spec_codec INTEGER NOT NULL DEFAULT 0,
     result BLOB,
     codec INTEGER NOT NULL DEFAULT 0,
+    light BLOB,
     created_at REAL NOT NULL,
     started_at REAL,
     finished_at REAL
@@ -266,6 +272,7 @@ class Store:
         self._reader: sqlite3.Connection
         self.commits = 0
         """Transactions committed by the writer (for tests and benchmarks)."""
+        self._light_column: bool | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -379,6 +386,9 @@ class Store:
             for statement in _DDL.strip().split(";"):
                 if statement.strip():
                     writer.execute(statement)
+            columns = {row[1] for row in writer.execute("PRAGMA table_info(jobs)")}
+            if "light" not in columns:  # a store written before the light view existed
+                writer.execute("ALTER TABLE jobs ADD COLUMN light BLOB")
             meta = dict(writer.execute("SELECT key, value FROM meta").fetchall())
             now = time.time()
             if not meta:
@@ -698,18 +708,19 @@ class Store:
     ) -> None:
         key = result.key
         blob, codec = _pack(encode(result))
+        light = encode(result.light())
         spec_blob, spec_codec = _pack(encode(job.spec)) if job is not None else (None, 0)
         kind = str(type(result).__struct_config__.tag)
         reward, turns = result.columns()
         writer.execute(
             "INSERT INTO jobs (key, stage, task, harness, attempt, runbook, execution, kind,"
             " status, tries, reward, end_reason, turns, error, spec, spec_codec, result, codec,"
-            " created_at, started_at, finished_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " light, created_at, started_at, finished_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (key) DO UPDATE SET status = excluded.status,"
             " reward = excluded.reward, end_reason = excluded.end_reason,"
             " turns = excluded.turns, error = excluded.error, result = excluded.result,"
-            " codec = excluded.codec, finished_at = excluded.finished_at",
+            " codec = excluded.codec, light = excluded.light, finished_at = excluded.finished_at",
             (
                 str(key),
                 key.stage,
@@ -728,6 +739,7 @@ class Store:
                 spec_codec,
                 blob,
                 codec,
+                light,
                 now,
                 result.started_at or None,
                 result.finished_at or now,
@@ -865,18 +877,28 @@ class Store:
         task: str | None = None,
         harness: str | None = None,
         chunk: int = 256,
+        light: bool = False,
     ) -> Iterator[R]:
         """Stored results of one kind (``PlanResult``, ``AuditResult`` ...), ordered by key.
 
         ``kind`` may also be a partial view of a result type (a Struct with the same tag and
-        only some of its fields): the rest of each blob is skipped, not decoded."""
+        only some of its fields): the rest of each blob is skipped, not decoded. With
+        ``light`` the results come without their bulky fields (trajectory, verifier
+        output, raw replies: see :meth:`~rsr_async.schema.JobResult.light`), read from the
+        small ``light`` column, which is many times faster over a whole run."""
         where, params = _where(stage=stage, status=status, task=task, harness=harness)
         where = f"{where} AND" if where else " WHERE"
         tag = str(kind.__struct_config__.tag)
+        columns = "result, codec"
+        if light and self._has_light():
+            columns = (
+                "CASE WHEN light IS NULL THEN result ELSE light END,"
+                " CASE WHEN light IS NULL THEN codec ELSE 0 END"
+            )
         last = ""
         while True:
             fetched = self._read(
-                f"SELECT key, result, codec FROM jobs{where} kind = ? AND key > ?"
+                f"SELECT key, {columns} FROM jobs{where} kind = ? AND key > ?"
                 f" AND result IS NOT NULL ORDER BY key LIMIT {int(chunk)}",
                 [*params, tag, last],
             )
@@ -891,6 +913,14 @@ class Store:
             if len(fetched) < chunk:
                 return
             last = fetched[-1][0]
+
+    def _has_light(self) -> bool:
+        """Whether the jobs table has the ``light`` column (a read-only open of a store
+        written before it existed has not)."""
+        if self._light_column is None:
+            names = {row[1] for row in self._read("PRAGMA table_info(jobs)")}
+            self._light_column = "light" in names
+        return self._light_column
 
     def _decode_result(self, key: str, blob: bytes, codec: int, kind: str) -> JobResult:
         where = f"{self.path}: job {key}"

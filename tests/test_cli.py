@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from rsr_async import cli
 from rsr_async.cli import COMMANDS
 from tests.conftest import run_cli_env
 
@@ -29,12 +30,15 @@ def test_help_lists_every_product_command() -> None:
     assert list(COMMANDS) == PRODUCT_COMMANDS
 
 
-@pytest.mark.parametrize("name", [n for n, c in COMMANDS.items() if c.module is None])
-def test_unbuilt_commands_say_so_and_fail(name: str) -> None:
-    out = _cli(name)
-    assert out.returncode != 0
-    assert "not implemented yet" in out.stderr
-    assert out.stdout == ""
+def test_unbuilt_commands_say_so_and_fail(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every shipped command is built; the mechanism stays for the next one.
+    monkeypatch.setitem(cli.COMMANDS, "later", cli.Subcommand("a later capability", None, 99))
+    assert cli.main(["later"]) == 3
+    captured = capsys.readouterr()
+    assert "not implemented yet (tracked in issue 99)" in captured.err
+    assert captured.out == ""
 
 
 def test_unknown_command() -> None:

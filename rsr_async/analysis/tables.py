@@ -437,18 +437,26 @@ def similarity_table(data: AnalysisInput) -> Table | None:
     for runs in by_task.values():
         if len(runs) < 2:
             continue
-        runbook_of = [(e.source, e.runbook) for e in runs]
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, execution in enumerate(runs):
+            groups.setdefault((execution.source, execution.runbook), []).append(i)
+        n = len(runs)
+        pairs = n * (n - 1) // 2
+        same_pairs = sum(len(g) * (len(g) - 1) // 2 for g in groups.values())
         for skip in (0, 2):
             items = [[c for turn in e.commands[skip:] for c in turn] for e in runs]
-            jac = pairwise_jaccard(items)
-            order = pairwise_order_similarity(items)
-            for i in range(len(runs)):
-                for j in range(i + 1, len(runs)):
-                    rel = "same" if runbook_of[i] == runbook_of[j] else "different"
-                    entry = sums[(rel, skip)]
-                    entry[0] += jac[i][j]
-                    entry[1] += order[i][j]
-                    entry[2] += 1
+            for slot, matrix in enumerate((pairwise_jaccard(items), pairwise_order_similarity(items))):
+                # Sums over the upper triangle without a Python loop over pairs: the whole
+                # matrix minus its diagonal, halved; same-runbook pairs from their blocks.
+                total = (sum(map(sum, matrix)) - sum(matrix[i][i] for i in range(n))) / 2
+                same = sum(
+                    (sum(matrix[i][j] for i in g for j in g) - sum(matrix[i][i] for i in g)) / 2
+                    for g in groups.values()
+                )
+                sums[("same", skip)][slot] += same
+                sums[("different", skip)][slot] += total - same
+            sums[("same", skip)][2] += same_pairs
+            sums[("different", skip)][2] += pairs - same_pairs
     rows: list[list[Any]] = []
     for rel in ("same", "different"):
         full, later = sums[(rel, 0)], sums[(rel, 2)]

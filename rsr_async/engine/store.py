@@ -886,7 +886,15 @@ class Store:
         ``light`` the results come without their bulky fields (trajectory, verifier
         output, raw replies: see :meth:`~rsr_async.schema.JobResult.light`), read from the
         small ``light`` column, which is many times faster over a whole run."""
-        where, params = _where(stage=stage, status=status, task=task, harness=harness)
+        where, params = _where(status=status, task=task, harness=harness)
+        if stage is not None:
+            # Walk the primary key over the stage's key range (keys start with
+            # ``<stage>/``): through the (stage, status) index every chunk would re-sort
+            # the whole stage, quadratic over a large run. ``+stage`` keeps the planner
+            # off that index.
+            bounds = "+stage = ? AND key < ?"
+            where = f"{where} AND {bounds}" if where else f" WHERE {bounds}"
+            params = [*params, stage, f"{stage}0"]  # "0" sorts right after "/"
         where = f"{where} AND" if where else " WHERE"
         tag = str(kind.__struct_config__.tag)
         columns = "result, codec"
@@ -895,7 +903,7 @@ class Store:
                 "CASE WHEN light IS NULL THEN result ELSE light END,"
                 " CASE WHEN light IS NULL THEN codec ELSE 0 END"
             )
-        last = ""
+        last = "" if stage is None else f"{stage}/"
         while True:
             fetched = self._read(
                 f"SELECT key, {columns} FROM jobs{where} kind = ? AND key > ?"

@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from rsr_async.engine import Job, Store
@@ -207,3 +208,43 @@ def test_an_empty_file_is_a_new_database_not_a_corrupt_one(tmp_path: Path) -> No
         Store.open_readonly(tmp_path)
     with Store.open(tmp_path) as store:
         assert store.counts()["pending"] == 0
+
+
+def test_light_results_leave_out_bulky_fields_and_old_stores_still_read(tmp_path: Path) -> None:
+    jobs = make_jobs(3)
+    with Store.open(tmp_path, config={}) as store:
+        for job in jobs:
+            store.put_result(msgspec.structs.replace(result_for(job, messages=50), verifier_output="log"))
+        store.flush()
+        light = list(store.outputs(EpisodeResult, light=True))
+        full = list(store.outputs(EpisodeResult))
+    assert [r.trajectory for r in light] == [None] * 3 and all(r.verifier_output == "" for r in light)
+    assert [msgspec.structs.replace(r, trajectory=None, verifier_output="") for r in full] == light
+    assert all(r.trajectory is not None for r in full)
+    # A store written before the light column existed: read-only opens read the full
+    # blobs; the next writable open adds the column (new rows fill it).
+    raw = sqlite3.connect(tmp_path / "run.db")
+    raw.execute("ALTER TABLE jobs DROP COLUMN light")
+    raw.commit()
+    raw.close()
+    with Store.open_readonly(tmp_path) as old:
+        assert [r.key for r in old.outputs(EpisodeResult, light=True)] == [j.key for j in jobs]
+        assert all(r.trajectory is not None for r in old.outputs(EpisodeResult, light=True))
+    with Store.open(tmp_path, config={}) as store:
+        assert len(list(store.outputs(EpisodeResult, light=True))) == 3
+    raw = sqlite3.connect(tmp_path / "run.db")
+    assert "light" in {row[1] for row in raw.execute("PRAGMA table_info(jobs)")}
+    raw.close()
+
+
+def test_outputs_of_a_stage_walk_its_key_range_in_chunks(tmp_path: Path) -> None:
+    # Stages whose names prefix each other's keys, results in every chunk position.
+    jobs = [*make_jobs(7, stage="plan"), *make_jobs(5, stage="plan2"), *make_jobs(3, stage="pla")]
+    with Store.open(tmp_path, config={}) as store:
+        for job in jobs:
+            store.put_result(result_for(job, status="failed"))
+        store.flush()
+        plan = [r.key for r in store.results(stage="plan", chunk=2)]
+        assert plan == sorted((j.key for j in jobs if j.key.stage == "plan"), key=str)
+        assert len(list(store.results(stage="plan2", chunk=3))) == 5
+        assert len(list(store.results(stage="pla", chunk=1, status="failed"))) == 3

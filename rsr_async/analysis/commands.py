@@ -88,4 +88,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"figures: none ({report.figures_skipped})", file=sys.stderr)
     else:
         print(f"figures ({len(report.figures)}): {', '.join(report.figures)}", file=sys.stderr)
+    for name, error in report.figures_failed.items():
+        print(f"warning: figure {name} could not be drawn: {error}", file=sys.stderr)
     return 0

@@ -44,6 +44,8 @@ def upset(tables: dict[str, Table], path: Path) -> bool:
     table = tables.get("intersections")
     if table is None or not any(r["tasks"] for r in _rows(table)):
         return False
+    if len({h for r in _rows(table) for h in r["harnesses"].split("+")}) < 2:
+        return False  # one harness: no intersections to show
     import pandas as pd
     import upsetplot
 
@@ -184,13 +186,19 @@ FIGURES: dict[str, Callable[[dict[str, Table], Path], bool]] = {
 """Figure name (its PNG's stem) → what draws it (False: the input has nothing to draw)."""
 
 
-def draw_figures(tables: list[Table], out_dir: Path) -> list[Path]:
-    """Every figure the tables allow, as ``out_dir/<name>.png``."""
+def draw_figures(tables: list[Table], out_dir: Path) -> tuple[list[Path], dict[str, str]]:
+    """Every figure the tables allow, as ``out_dir/<name>.png``; also the figures that
+    failed to draw, with why (a plotting library's bug must not cost the tables)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     by_name = {t.name: t for t in tables}
-    written = []
+    written: list[Path] = []
+    failed: dict[str, str] = {}
     for name, draw in FIGURES.items():
         path = out_dir / f"{name}.png"
-        if draw(by_name, path):
-            written.append(path)
-    return written
+        try:
+            if draw(by_name, path):
+                written.append(path)
+        except Exception as exc:  # noqa: BLE001 - reported with the figure's name
+            failed[name] = f"{type(exc).__name__}: {exc}"
+            path.unlink(missing_ok=True)
+    return written, failed

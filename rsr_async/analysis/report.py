@@ -41,6 +41,8 @@ class AnalysisReport(msgspec.Struct, frozen=True, kw_only=True):
     figures: list[str]
     figures_skipped: str | None
     """Why no figure was drawn (the plotting extra is missing), else None."""
+    figures_failed: dict[str, str] = msgspec.field(default_factory=dict)
+    """Figures that raised while drawing, with the error (the tables are still written)."""
 
 
 def format_value(value: Any) -> str:
@@ -99,7 +101,13 @@ img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
 """
 
 
-def _html(data: AnalysisInput, tables: Sequence[Table], figures: Sequence[Path], skipped: str | None) -> str:
+def _html(
+    data: AnalysisInput,
+    tables: Sequence[Table],
+    figures: Sequence[Path],
+    skipped: str | None,
+    failed: dict[str, str],
+) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         "<title>rsr_async analysis</title>",
@@ -113,6 +121,8 @@ def _html(data: AnalysisInput, tables: Sequence[Table], figures: Sequence[Path],
     parts.append("<h2>Figures</h2>")
     if skipped:
         parts.append(f"<p class='notes'>No figures: {html.escape(skipped)}.</p>")
+    for name, error in failed.items():
+        parts.append(f"<p class='warn'>Figure {html.escape(name)} failed: {html.escape(error)}</p>")
     for path in figures:
         encoded = base64.b64encode(path.read_bytes()).decode()
         parts.append(
@@ -152,9 +162,9 @@ def write_analysis(data: AnalysisInput, out: str | Path, *, figures: bool = True
         skipped = None if figures else "figures not asked for (--no-figures)"
         if figures:
             skipped = plots_available()
-        drawn = [] if skipped else draw_figures(tables, staging / "figures")
+        drawn, failed = ([], {}) if skipped else draw_figures(tables, staging / "figures")
         (staging / "figures").mkdir(exist_ok=True)
-        (staging / "report.html").write_text(_html(data, tables, drawn, skipped), encoding="utf-8")
+        (staging / "report.html").write_text(_html(data, tables, drawn, skipped, failed), encoding="utf-8")
         _replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -164,6 +174,7 @@ def write_analysis(data: AnalysisInput, out: str | Path, *, figures: bool = True
         tables=[t.name for t in tables],
         figures=[p.stem for p in drawn],
         figures_skipped=skipped,
+        figures_failed=failed,
     )
 
 

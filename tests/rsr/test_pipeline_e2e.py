@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from rsr_async.analysis.runs import read_run
+from rsr_async.analysis.tables import all_tables
 from rsr_async.engine.store import Store
 from rsr_async.rsr.runtime import run_id_for
 from rsr_async.schema import AuditResult, PlanResult
@@ -91,6 +93,16 @@ def _check_run(run_dir: Path) -> dict[str, object]:
                                            for t in _solved(run_dir, h)}
     figures = summary["pipeline"]
     assert figures["sources"] == sources and figures["kept"] == len(kept)
+    # analyze reads the same run the same way the run's own summary and figures do
+    tables = {t.name: t for t in all_tables(read_run(run_dir))}
+    coverage = {row[1]: row for row in tables["coverage"].rows}
+    for harness, figures_of in harnesses.items():
+        assert coverage[harness][4] == figures_of["solved_tasks"], harness
+    assert coverage["union"][4] == len(summary["union_solved"])
+    (rewrites,) = tables["rewrites"].rows
+    assert rewrites[0] == figures["sources"] and rewrites[2] == figures["rewrite_rollouts"]
+    assert rewrites[5] == figures["kept"] and rewrites[1] == figures["runbooks_accepted"]
+    assert rewrites[4] == pytest.approx(figures["rewrite_pass_rate"])
     # the manifest agrees with the store and with the files
     assert manifest["records"]["received"] == {"rewrite": len(kept), "direct": direct, "baseline": sources}
     rows = (run_dir / "export" / "sft.jsonl").read_text().splitlines()

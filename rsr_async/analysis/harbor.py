@@ -153,7 +153,8 @@ class _TrialResult(msgspec.Struct):
     task_name: str
     trial_name: str
     agent_info: _AgentInfo
-    id: str | None = None
+    id: object = None
+    """Harbor's trial UUID; only used to catch a job read twice."""
     source: str | None = None
     verifier_result: _VerifierResult | None = None
     exception_info: _ExceptionInfo | None = None
@@ -343,7 +344,7 @@ def _decode_trial(raw: bytes, path: Path) -> _TrialResult:
 def _check_unique(found: list[tuple[str, Path, _TrialResult]]) -> None:
     seen: dict[str, Path] = {}
     for _, path, result in found:
-        if result.id is None:
+        if not isinstance(result.id, str):
             continue
         if result.id in seen:
             raise TaskError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
 import statistics
 from collections import Counter
@@ -412,3 +413,27 @@ def test_naive_and_missing_start_times_still_order(tmp_path: Path) -> None:
         group = [t.trial for t in jobs.trials
                  if t.rollout.task == "fix-git" and t.rollout.harness == harness[name]]
         assert group[where] == name
+
+
+def test_mangled_files_raise_task_errors_only(tmp_path: Path) -> None:
+    """Truncated, bit-flipped and reshaped JSON anywhere: a TaskError or a reading,
+    never another exception."""
+    rnd = random.Random(14)
+    shutil.copytree(FIXTURES, tmp_path / "jobs")
+    files = sorted((tmp_path / "jobs").rglob("*.json"))
+    for _ in range(60):
+        path = rnd.choice(files)
+        original = path.read_bytes()
+        data = bytearray(original)
+        if rnd.random() < 0.5:
+            data = data[: rnd.randrange(len(data))]
+        else:
+            for _ in range(3):
+                data[rnd.randrange(len(data))] = rnd.randrange(256)
+        path.write_bytes(bytes(data))
+        try:
+            scan_harbor_jobs(tmp_path / "jobs")
+        except TaskError as exc:
+            assert str(path) in str(exc) or "trial" in str(exc)
+        finally:
+            path.write_bytes(original)

@@ -1,0 +1,439 @@
+"""Reading Harbor job directories (``analysis.harbor``) against Harbor's own figures.
+
+``fixtures/harbor_jobs/`` holds two job directories written by Harbor 0.25.0's own
+``Job``/``Trial``/``Verifier`` code, and ``expected.json`` what Harbor computes from them
+(``scripts/record_harbor_jobs.py``): per trial its failure cause and ``reward_valid``,
+per ``agent__model__dataset`` its ``JobStats`` (errors, exception stats, the mean
+metric, pass@k) over all trials and, per task, over the trials that are samples.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsr_async.analysis import pass_at_k
+from rsr_async.analysis.harbor import (
+    AGENT_CAUSES,
+    FAILURE_CAUSES,
+    HarborJobs,
+    HarborTrial,
+    failure_cause,
+    read_harbor_jobs,
+    scan_harbor_jobs,
+)
+from rsr_async.analysis.outcomes import outcomes
+from rsr_async.errors import TaskError
+from rsr_async.tasks.verifier import main_reward
+
+FIXTURES = Path(__file__).parent / "fixtures" / "harbor_jobs"
+EXPECTED: dict[str, Any] = json.loads((FIXTURES / "expected.json").read_text("utf-8"))
+TRIALS: dict[str, dict[str, Any]] = EXPECTED["trials"]
+
+
+@pytest.fixture(scope="module")
+def jobs() -> HarborJobs:
+    return scan_harbor_jobs(FIXTURES)
+
+
+def _by_name(jobs: HarborJobs) -> dict[str, HarborTrial]:
+    return {f"{t.job}/{t.trial}": t for t in jobs.trials}
+
+
+def _evals_key(trial: HarborTrial, jobs: HarborJobs) -> str:
+    """Harbor's group (``JobStats.format_agent_evals_key``) of one of our trials."""
+    agent, _, model = trial.rollout.harness.partition(":")
+    dataset = jobs.tasks[trial.rollout.task].subset or "adhoc"
+    return "__".join(x for x in (agent, model, dataset) if x)
+
+
+# -- what is read ------------------------------------------------------------------------
+
+
+def test_every_finished_trial_is_read_and_the_running_one_skipped(jobs: HarborJobs) -> None:
+    assert set(_by_name(jobs)) == set(TRIALS)
+    assert list(jobs.unfinished) == EXPECTED["running_trials"]
+    assert jobs.jobs == ("sec-rerun", "tb-sweep")
+    for name, job in EXPECTED["jobs"].items():
+        stats = job["stats"]
+        mine = [t for t in jobs.trials if t.job == name]
+        assert len(mine) == stats["n_completed_trials"], name
+        assert sum(u.startswith(f"{name}/") for u in jobs.unfinished) == stats["n_running_trials"]
+        assert sum(t.exception is not None for t in mine) == stats["n_errored_trials"]
+        assert sum(t.rollout.status == "cancelled" for t in mine) == stats["n_cancelled_trials"]
+    assert not EXPECTED["jobs"]["sec-rerun"]["finished"]  # killed: a live result.json
+
+
+def test_one_job_directory_reads_alone() -> None:
+    jobs = scan_harbor_jobs(FIXTURES / "tb-sweep")
+    assert jobs.jobs == ("tb-sweep",)
+    assert len(jobs.trials) == EXPECTED["jobs"]["tb-sweep"]["stats"]["n_completed_trials"]
+    assert jobs.unfinished == ()
+
+
+def test_harness_names_and_attempt_order(jobs: HarborJobs) -> None:
+    # The agent's name, with the model's when the trial records one.
+    assert {t.rollout.harness for t in jobs.trials} == {
+        "oracle", "terminus-2:gpt-a", "terminus-2:gpt-b"
+    }
+    # Attempts number the trials of one (task, harness) across both jobs by start time.
+    groups: dict[tuple[str, str], list[HarborTrial]] = {}
+    for trial in jobs.trials:
+        groups.setdefault((trial.rollout.task, trial.rollout.harness), []).append(trial)
+    for members in groups.values():
+        assert [t.rollout.attempt for t in members] == list(range(len(members)))
+        starts = [TRIALS[f"{t.job}/{t.trial}"]["started_at"] for t in members]
+        assert starts == sorted(starts)
+    fix_git = groups[("fix-git", "terminus-2:gpt-a")]
+    assert [t.job for t in fix_git] == ["tb-sweep"] * 3 + ["sec-rerun"] * 2
+
+
+def test_tasks_carry_the_dataset_as_subset(jobs: HarborJobs) -> None:
+    subsets = {t["task_name"]: t["evals_key"].rsplit("__", 1)[1] for t in TRIALS.values()}
+    assert {name: info.subset for name, info in jobs.tasks.items()} == subsets
+    assert {info.domain for info in jobs.tasks.values()} == {""}
+    assert "sec/crack-hash" in jobs.tasks  # a [task] name in org/name form is kept whole
+
+
+# -- against Harbor's verdicts and figures ------------------------------------------------
+
+
+def test_each_trial_is_graded_as_harbors_error_policy_says(jobs: HarborJobs) -> None:
+    for name, trial in _by_name(jobs).items():
+        harbor = TRIALS[name]
+        rollout = trial.rollout
+        assert trial.exception == harbor["exception_type"], name
+        assert trial.cause == harbor["failure_cause"], name
+        assert rollout.graded == harbor["sample"], name
+        if harbor["reward_valid"]:
+            assert rollout.rewards == harbor["rewards"], name
+            assert rollout.reward == main_reward(harbor["rewards"]), name
+            assert rollout.passed == (main_reward(harbor["rewards"]) >= 1.0), name
+        elif harbor["sample"]:  # the agent ended the trial itself, before any verifier
+            assert harbor["failure_cause"] in AGENT_CAUSES and harbor["rewards"] is None
+            assert (rollout.status, rollout.reward) == ("failed", 0.0), name
+        elif harbor["failure_cause"] == "cancelled":
+            assert rollout.status == "cancelled", name
+        else:
+            assert (rollout.status, rollout.reward) == ("infra_error", None), name
+
+
+def test_the_fixtures_cover_every_kind_of_trial(jobs: HarborJobs) -> None:
+    kinds = Counter(
+        (t.rollout.status, t.cause, len(t.rollout.rewards or {}) > 1) for t in jobs.trials
+    )
+    assert kinds[("succeeded", None, False)] and kinds[("failed", None, False)]
+    assert kinds[("failed", None, True)]  # partial credit: several keys
+    assert any(0 < (t.rollout.reward or 0) < 1 for t in jobs.trials)  # a fractional reward
+    assert kinds[("failed", "agent_exhausted_budget", True)]  # AgentTimeoutError, verified
+    assert kinds[("failed", "agent_exhausted_budget", False)]  # context, never verified
+    assert kinds[("cancelled", "cancelled", False)]
+    causes = {t.cause for t in jobs.trials if t.rollout.status == "infra_error"}
+    assert causes == {"sandbox_failed", "model_provider_failed", "verifier_failed", "unclassified"}
+    # Harbor verified two of them and recorded 0: infrastructure counted as zero there.
+    assert sum(
+        TRIALS[f"{t.job}/{t.trial}"]["rewards"] is not None
+        for t in jobs.trials if t.rollout.status == "infra_error"
+    ) == 2
+
+
+def test_errors_per_group_equal_harbors_exception_stats(jobs: HarborJobs) -> None:
+    for key, harbor in EXPECTED["evals"].items():
+        mine = [t for t in jobs.trials if _evals_key(t, jobs) == key]
+        assert len(mine) == harbor["n_results"], key
+        assert sum(t.exception is not None for t in mine) == harbor["n_errors"], key
+        by_type: dict[str, list[str]] = {}
+        for trial in mine:
+            if trial.exception is not None:
+                by_type.setdefault(trial.exception, []).append(trial.trial)
+        assert {k: sorted(v) for k, v in by_type.items()} == {
+            k: sorted(v) for k, v in harbor["exception_stats"].items()
+        }, key
+
+
+def test_exception_counts_per_harness_sum_harbors(jobs: HarborJobs) -> None:
+    expected: dict[str, Counter[str]] = {}
+    for key, harbor in EXPECTED["evals"].items():
+        agent, *rest = key.split("__")
+        harness = f"{agent}:{rest[0]}" if len(rest) == 2 else agent
+        for name, trials in harbor["exception_stats"].items():
+            expected.setdefault(harness, Counter())[name] += len(trials)
+    assert jobs.exception_counts() == {h: dict(c) for h, c in expected.items()}
+
+
+def _harbor_mean(maps: list[dict[str, float] | None]) -> dict[str, float]:
+    """Harbor's ``Mean`` metric (``harbor/metrics/base.py``): per key, missing as 0;
+    a single key is reported as ``mean``."""
+    keys = sorted({k for m in maps if m for k in m})
+    if len(keys) <= 1:
+        return {"mean": statistics.fmean(next(iter(m.values()), 0) if m else 0 for m in maps)}
+    return {k: statistics.fmean((m or {}).get(k, 0) for m in maps) for k in keys}
+
+
+def test_samples_per_task_equal_harbors_figures(jobs: HarborJobs) -> None:
+    for key, harbor in EXPECTED["evals"].items():
+        for task, figures in harbor["samples_by_task"].items():
+            graded = sorted(
+                (t for t in jobs.trials
+                 if _evals_key(t, jobs) == key and t.rollout.task == task and t.rollout.graded),
+                key=lambda t: t.rollout.attempt,
+            )
+            where = f"{key} {task}"
+            assert len(graded) == figures["n_samples"], where
+            # Harbor's mean metric over the same samples, from our reward maps
+            (harbor_mean,) = figures["metrics"]
+            maps = [t.rollout.rewards for t in graded]
+            assert _harbor_mean(maps) == pytest.approx(harbor_mean), where
+            # our main reward's mean: Harbor's `reward` (or single key), else the keys' mean
+            mean = statistics.fmean(t.rollout.reward or 0.0 for t in graded)
+            harbor_main = harbor_mean.get("reward", harbor_mean.get("mean"))
+            if harbor_main is None:
+                harbor_main = statistics.fmean(harbor_mean.values())
+            assert mean == pytest.approx(harbor_main), where
+            # pass counts: Harbor lists the trials per value of `reward`
+            full = figures["reward_stats"].get("reward", {}).get("1.0")
+            if "reward" in figures["reward_stats"]:
+                assert sorted(t.trial for t in graded if t.rollout.passed) == sorted(full or [])
+            # pass@k where Harbor computes it (binary single-key rewards)
+            passed = sum(t.rollout.passed for t in graded)
+            for k, value in figures["pass_at_k"].items():
+                assert pass_at_k(len(graded), passed, int(k)) == pytest.approx(value), where
+
+
+def test_outcomes_count_harbors_infrastructure_errors_apart(jobs: HarborJobs) -> None:
+    rollouts, tasks = read_harbor_jobs(FIXTURES)
+    table = {o.group: o for o in outcomes(rollouts, sorted(tasks), k=2)}
+    infra = Counter(t.rollout.harness for t in jobs.trials if t.rollout.status == "infra_error")
+    for harness, outcome in table.items():
+        assert outcome.infra_errors == infra[harness]
+        assert outcome.rollouts == sum(
+            t.rollout.graded for t in jobs.trials if t.rollout.harness == harness
+        )
+    assert table["terminus-2:gpt-a"].cancelled == 1
+    assert table["oracle"].partial_credit_tasks == 2
+
+
+def test_our_error_table_is_harbors() -> None:
+    policies = EXPECTED["error_policies"]
+    assert set(FAILURE_CAUSES) == set(policies["by_type"])
+    for name, policy in policies["by_type"].items():
+        assert failure_cause(name) == policy["cause"], name
+        assert (policy["cause"] in AGENT_CAUSES) == policy["reward_valid"], name
+    assert failure_cause("SomethingNew") == policies["unknown"]["cause"]
+    assert AGENT_CAUSES == {p["cause"] for p in policies["by_type"].values() if p["reward_valid"]}
+
+
+def test_read_logs_a_note(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="rsr_async.analysis.harbor"):
+        rollouts, _ = read_harbor_jobs(FIXTURES)
+    assert len(rollouts) == len(TRIALS)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "1 still running" in message
+    assert "SandboxBuildFailedError 1" in message and "ApiRateLimitError 1" in message
+
+
+# -- odd and broken inputs ---------------------------------------------------------------
+
+
+def _copy_job(tmp_path: Path, job: str = "tb-sweep") -> Path:
+    target = tmp_path / "jobs" / job
+    shutil.copytree(FIXTURES / job, target)
+    return target
+
+
+def _a_trial(job_dir: Path, prefix: str = "fix-git__") -> Path:
+    return next(p for p in sorted(job_dir.iterdir()) if p.name.startswith(prefix)) / "result.json"
+
+
+def _edit(path: Path, change: Any) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="does not exist"):
+        read_harbor_jobs(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(TaskError, match="is not a directory"):
+        read_harbor_jobs(tmp_path / "file")
+
+
+def test_empty_directories(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="no Harbor job directories"):
+        read_harbor_jobs(tmp_path)
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "config.json").write_text("{}")
+    with pytest.raises(TaskError, match="no finished Harbor trials"):
+        read_harbor_jobs(job)
+    (job / "trial__abc").mkdir()
+    (job / "trial__abc" / "config.json").write_text('{"trial_name": "trial__abc"}')
+    with pytest.raises(TaskError, match=r"no finished Harbor trials \(1 still running"):
+        read_harbor_jobs(tmp_path)
+
+
+def test_broken_json_names_the_file(tmp_path: Path) -> None:
+    job = _copy_job(tmp_path)
+    result = _a_trial(job)
+    result.write_text(result.read_text()[:200])
+    with pytest.raises(TaskError, match="not valid JSON") as caught:
+        read_harbor_jobs(tmp_path / "jobs")
+    assert str(result) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d.pop("task_name"), "task_name"),
+        (lambda d: d["agent_info"].pop("name"), r"`name` - at `\$.agent_info`"),
+        (lambda d: d.update(verifier_result={"rewards": {"reward": "yes"}}), "rewards"),
+        (lambda d: d.update(started_at="last tuesday"), "started_at"),
+        (lambda d: d.update(exception_info={"exception_message": "?"}), "exception_type"),
+        (lambda d: d.update(task_name=""), "`task_name` is empty"),
+    ],
+    ids=["no-task", "no-agent-name", "reward-not-number", "bad-time", "no-type", "empty-task"],
+)
+def test_bad_fields_name_the_file_and_field(tmp_path: Path, change: Any, field: str) -> None:
+    job = _copy_job(tmp_path)
+    result = _a_trial(job)
+    _edit(result, change)
+    with pytest.raises(TaskError, match=field) as caught:
+        read_harbor_jobs(job)
+    assert str(result) in str(caught.value)
+
+
+def test_not_an_object(tmp_path: Path) -> None:
+    job = _copy_job(tmp_path)
+    _a_trial(job).write_text("[1, 2]")
+    with pytest.raises(TaskError, match="not a Harbor trial result: Expected `object`"):
+        read_harbor_jobs(job)
+
+
+def test_a_result_that_cannot_be_read(tmp_path: Path) -> None:
+    job = _copy_job(tmp_path)
+    result = _a_trial(job)
+    result.unlink()
+    result.mkdir()  # a directory where the file should be
+    with pytest.raises(TaskError, match="cannot read"):
+        read_harbor_jobs(job)
+
+
+def test_a_trial_directory_is_refused_by_name(tmp_path: Path) -> None:
+    trial = _a_trial(_copy_job(tmp_path)).parent
+    with pytest.raises(TaskError, match="trial directory"):
+        read_harbor_jobs(trial)
+
+
+def test_a_job_without_its_own_files_still_reads(tmp_path: Path) -> None:
+    job = _copy_job(tmp_path)
+    (job / "result.json").unlink()
+    (job / "config.json").unlink()
+    assert len(scan_harbor_jobs(job).trials) == EXPECTED["jobs"]["tb-sweep"]["stats"]["n_completed_trials"]
+
+
+def test_a_torn_job_result_and_stray_entries_are_ignored(tmp_path: Path) -> None:
+    job = _copy_job(tmp_path)
+    (job / "result.json").write_text('{"id": "3f')  # Harbor rewrites it as trials end
+    (job / "job.log").write_text("log\n")
+    (job / ".sources").mkdir()  # Harbor's cache of hub source trials
+    (job / ".sources" / "result.json").write_text("not json")
+    empty = job / "sort-logs__writing"
+    empty.mkdir()
+    (empty / "result.json").write_text("")  # Harbor is writing it
+    jobs = scan_harbor_jobs(tmp_path / "jobs")
+    assert len(jobs.trials) == EXPECTED["jobs"]["tb-sweep"]["stats"]["n_completed_trials"]
+    assert jobs.unfinished == ("tb-sweep/sort-logs__writing",)
+
+
+def test_a_copied_job_is_not_counted_twice(tmp_path: Path) -> None:
+    _copy_job(tmp_path)
+    shutil.copytree(tmp_path / "jobs" / "tb-sweep", tmp_path / "jobs" / "tb-sweep-copy")
+    with pytest.raises(TaskError, match="the same trial"):
+        read_harbor_jobs(tmp_path / "jobs")
+
+
+def test_one_task_in_two_datasets_is_refused(tmp_path: Path) -> None:
+    job = _copy_job(tmp_path)
+    result = _a_trial(job)
+    _edit(result, lambda d: d.update(source="other-set"))
+    with pytest.raises(TaskError, match="task 'fix-git' comes from dataset") as caught:
+        read_harbor_jobs(job)
+    assert "'other-set'" in str(caught.value) and "'tb-mini'" in str(caught.value)
+
+
+def test_no_verifier_result_and_no_exception_is_not_a_sample(tmp_path: Path) -> None:
+    job = _copy_job(tmp_path)
+    result = _a_trial(job)
+    _edit(result, lambda d: d.update(verifier_result=None, exception_info=None))
+    name = json.loads(result.read_text())["trial_name"]
+    (trial,) = [t for t in scan_harbor_jobs(job).trials if t.trial == name]
+    assert (trial.rollout.status, trial.exception) == ("infra_error", None)
+    _edit(result, lambda d: d.update(verifier_result={"rewards": None}))
+    (trial,) = [t for t in scan_harbor_jobs(job).trials if t.trial == name]
+    assert trial.rollout.status == "infra_error"
+
+
+def test_step_exceptions_count_as_harbors_do(tmp_path: Path) -> None:
+    """Multi-step trials record handled failures on the steps; a reward is valid only
+    when every recorded exception is the agent's own (``TrialResult.reward_valid``)."""
+    job = _copy_job(tmp_path)
+    result = _a_trial(job)
+    step = {"step_name": "one", "exception_info": {
+        "exception_type": "AgentTimeoutError", "exception_message": "",
+        "exception_traceback": "", "occurred_at": "2025-01-01T00:00:00Z"}}
+    _edit(result, lambda d: d.update(verifier_result={"rewards": {"reward": 1}},
+                                     exception_info=None, step_results=[step]))
+    name = json.loads(result.read_text())["trial_name"]
+    (trial,) = [t for t in scan_harbor_jobs(job).trials if t.trial == name]
+    assert (trial.rollout.status, trial.exception) == ("succeeded", "AgentTimeoutError")
+    step["exception_info"]["exception_type"] = "SandboxLikelyOutOfMemoryError"
+    _edit(result, lambda d: d.update(step_results=[step]))
+    (trial,) = [t for t in scan_harbor_jobs(job).trials if t.trial == name]
+    assert (trial.rollout.status, trial.cause) == ("infra_error", "sandbox_failed")
+
+
+def test_naive_and_missing_start_times_still_order(tmp_path: Path) -> None:
+    job = _copy_job(tmp_path)
+    paths = sorted(job.glob("fix-git__*/result.json"))
+    _edit(paths[0], lambda d: d.update(started_at="2000-01-01T00:00:00"))  # naive: earliest
+    _edit(paths[1], lambda d: d.update(started_at=None))  # unknown: last
+    names = [json.loads(p.read_text())["trial_name"] for p in paths[:2]]
+    jobs = scan_harbor_jobs(job)
+    harness = {t.trial: t.rollout.harness for t in jobs.trials}
+    for name, where in zip(names, (0, -1), strict=True):
+        group = [t.trial for t in jobs.trials
+                 if t.rollout.task == "fix-git" and t.rollout.harness == harness[name]]
+        assert group[where] == name
+
+
+def test_mangled_files_raise_task_errors_only(tmp_path: Path) -> None:
+    """Truncated, bit-flipped and reshaped JSON anywhere: a TaskError or a reading,
+    never another exception."""
+    rnd = random.Random(14)
+    shutil.copytree(FIXTURES, tmp_path / "jobs")
+    files = sorted((tmp_path / "jobs").rglob("*.json"))
+    for _ in range(60):
+        path = rnd.choice(files)
+        original = path.read_bytes()
+        data = bytearray(original)
+        if rnd.random() < 0.5:
+            data = data[: rnd.randrange(len(data))]
+        else:
+            for _ in range(3):
+                data[rnd.randrange(len(data))] = rnd.randrange(256)
+        path.write_bytes(bytes(data))
+        try:
+            scan_harbor_jobs(tmp_path / "jobs")
+        except TaskError as exc:
+            assert str(path) in str(exc) or "trial" in str(exc)
+        finally:
+            path.write_bytes(original)

@@ -36,6 +36,7 @@ COMMANDS: dict[str, Subcommand] = {
     "verify": Subcommand("leak-audit a run's verified rewrites", "rsr_async.rsr.stage_commands", 13),
     "export": Subcommand("export a run's SFT data, direct-SFT baseline and ATIF", "rsr_async.rsr.stage_commands", 13),
     "analyze": Subcommand("the paper's tables and figures from a run (or other results)", "rsr_async.analysis.commands", 14),
+    "view": Subcommand("browse a run's trajectories in a local web page", "rsr_async.viewer.commands", 14),
     "bench": Subcommand("run a benchmark from bench/ and print JSON", "rsr_async.benchmarks", 2),
 }
 

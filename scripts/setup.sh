@@ -34,6 +34,17 @@ fi
 .venv/bin/python setup.py -q build_ext --inplace 2>&1 | { grep -v -E '^(Compiling|\[[0-9]+/[0-9]+\] Cythonizing)' || true; }
 .venv/bin/python -c 'import rsr_async._native as n; print("setup: native extensions", "active" if n.NATIVE else "NOT built (pure-Python twins)")'
 
+# A headless browser for the viewer's tests (tests/viewer/test_browser.py fails without it
+# under CI=1): Debian's chromium and its driver, installed once.
+if [ ! -x /usr/bin/chromedriver ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing chromium and chromium-driver (the viewer's browser tests)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "setup: /usr/bin/chromedriver is missing; the viewer's browser tests need chromium and chromium-driver (apt-get, as root)" >&2
+  fi
+fi
+
 # The offline base image for sandboxes (debootstrap + docker import; skipped when present).
 if ! docker image inspect rsr-base:bookworm >/dev/null 2>&1 && ! command -v debootstrap >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -156,6 +156,36 @@ CREATE INDEX IF NOT EXISTS jobs_stage_status ON jobs (stage, status);
 CREATE INDEX IF NOT EXISTS jobs_task ON jobs (task, harness);
 """
 
+_TALLY_COLUMNS: Final = frozenset(
+    {"stage", "task", "harness", "attempt", "runbook", "execution", "kind", "status", "end_reason"}
+)
+"""Columns :meth:`Store.tally` counts by and :meth:`Store.distinct` lists (never a blob,
+never free text)."""
+
+
+def _skip_scan(column: str) -> str:
+    return (
+        f"{column}s(v) AS (SELECT min({column}) FROM jobs UNION ALL SELECT (SELECT min({column})"
+        f" FROM jobs WHERE {column} > {column}s.v) FROM {column}s WHERE {column}s.v IS NOT NULL)"
+    )
+
+
+_SKIP_SCANS: Final = {
+    "stage": f"WITH RECURSIVE {_skip_scan('stage')} SELECT v FROM stages WHERE v IS NOT NULL",
+    "task": f"WITH RECURSIVE {_skip_scan('task')} SELECT v FROM tasks WHERE v IS NOT NULL",
+    # harness follows task in the (task, harness) index: skip through each task's harnesses
+    "harness": (
+        f"WITH RECURSIVE {_skip_scan('task')}, pairs(task, harness) AS ("
+        " SELECT v, (SELECT min(harness) FROM jobs WHERE task = tasks.v) FROM tasks"
+        " WHERE v IS NOT NULL UNION ALL"
+        " SELECT task, (SELECT min(harness) FROM jobs WHERE jobs.task = pairs.task"
+        " AND jobs.harness > pairs.harness) FROM pairs WHERE harness IS NOT NULL)"
+        " SELECT DISTINCT harness FROM pairs WHERE harness IS NOT NULL ORDER BY harness"
+    ),
+}
+"""Index skip-scans (SQLite does them itself only with ANALYZE statistics, which a run's
+database does not keep)."""
+
 _ROW_COLUMNS = (
     "key, stage, task, harness, attempt, runbook, execution, kind, status, tries, reward, "
     "end_reason, turns, error, created_at, started_at, finished_at"
@@ -800,14 +830,78 @@ class Store:
         *,
         stage: str | None = None,
         status: str | Iterable[str] | None = None,
-        task: str | None = None,
+        task: str | Iterable[str] | None = None,
         harness: str | None = None,
+        prefix: str | None = None,
+        after: str | None = None,
+        before: str | None = None,
+        limit: int | None = None,
     ) -> list[JobRow]:
-        """Rows without blobs, ordered by key."""
-        where, params = _where(stage=stage, status=status, task=task, harness=harness)
-        fetched = self._read(f"SELECT {_ROW_COLUMNS} FROM jobs{where} ORDER BY key", params)
+        """Rows without blobs, ordered by key.
+
+        ``task`` may name several tasks. ``prefix`` keeps the keys that start with it, as a
+        range of the key index (``discover/T/`` is task T's episodes, ``plan/T/H/a0/`` one
+        source's runbooks). ``after``/``before`` with ``limit`` page through the rows by
+        key: ``before`` gives the ``limit`` rows just before it, still in key order.
+        """
+        where, params = _where(
+            stage=stage, status=status, task=task, harness=harness, prefix=prefix,
+            after=after, before=before,
+        )
+        order = "DESC" if before is not None and after is None else "ASC"
+        if limit is None:
+            sql = f"SELECT {_ROW_COLUMNS} FROM jobs{where} ORDER BY key {order}"
+        else:
+            # Keys first, rows after: when the filter's index does not give key order,
+            # only keys are sorted, not every matching row with its later columns.
+            sql = (
+                f"SELECT {_ROW_COLUMNS} FROM jobs WHERE key IN (SELECT key FROM jobs{where}"
+                f" ORDER BY key {order} LIMIT {int(limit)}) ORDER BY key {order}"
+            )
+        fetched = self._read(sql, params)
+        if order == "DESC":
+            fetched.reverse()
         fields = [f.strip() for f in _ROW_COLUMNS.split(",")]
         return [msgspec.convert(dict(zip(fields, row, strict=True)), JobRow) for row in fetched]
+
+    def distinct(self, column: str) -> list[Any]:
+        """The values ``column`` takes, sorted. ``stage``, ``task`` and ``harness`` are read
+        by skipping through the index they lead (``harness`` within each task): one probe
+        per value, not a scan of every job."""
+        if column not in _TALLY_COLUMNS:
+            raise StoreError(
+                f"distinct {column}: not a column to list (choose from {', '.join(sorted(_TALLY_COLUMNS))})"
+            )
+        sql = _SKIP_SCANS.get(column, f"SELECT DISTINCT {column} FROM jobs ORDER BY {column}")
+        return [row[0] for row in self._read(sql)]
+
+    def tally(
+        self,
+        *by: str,
+        stage: str | None = None,
+        status: str | Iterable[str] | None = None,
+        task: str | Iterable[str] | None = None,
+        harness: str | None = None,
+        prefix: str | None = None,
+    ) -> dict[tuple[Any, ...], int]:
+        """Jobs counted per distinct value of the ``by`` columns, without reading a blob:
+        ``tally("stage", "status")`` is the run's table of counts, ``tally("harness",
+        "status", prefix="discover/T/")`` task T's episodes per harness."""
+        unknown = [column for column in by if column not in _TALLY_COLUMNS]
+        if unknown:
+            raise StoreError(
+                f"tally by {', '.join(unknown)}: not a column to count by "
+                f"(choose from {', '.join(sorted(_TALLY_COLUMNS))})"
+            )
+        where, params = _where(stage=stage, status=status, task=task, harness=harness, prefix=prefix)
+        if not by:
+            return {(): self._read(f"SELECT count(*) FROM jobs{where}", params)[0][0]}
+        columns = ", ".join(by)
+        fetched = self._read(
+            f"SELECT {columns}, count(*) FROM jobs{where} GROUP BY {columns} ORDER BY {columns}",
+            params,
+        )
+        return {tuple(row[:-1]): row[-1] for row in fetched}
 
     def row(self, key: str | JobKey) -> JobRow | None:
         """One row without blobs."""
@@ -876,25 +970,35 @@ class Store:
         status: str | Iterable[str] | None = None,
         task: str | None = None,
         harness: str | None = None,
+        prefix: str | None = None,
         chunk: int = 256,
         light: bool = False,
     ) -> Iterator[R]:
         """Stored results of one kind (``PlanResult``, ``AuditResult`` ...), ordered by key.
 
         ``kind`` may also be a partial view of a result type (a Struct with the same tag and
-        only some of its fields): the rest of each blob is skipped, not decoded. With
-        ``light`` the results come without their bulky fields (trajectory, verifier
-        output, raw replies: see :meth:`~rsr_async.schema.JobResult.light`), read from the
-        small ``light`` column, which is many times faster over a whole run."""
+        only some of its fields): the rest of each blob is skipped, not decoded. ``prefix``
+        keeps the keys that start with it (see :meth:`rows`). With ``light`` the results
+        come without their bulky fields (trajectory, verifier output, raw replies: see
+        :meth:`~rsr_async.schema.JobResult.light`), read from the small ``light`` column,
+        which is many times faster over a whole run."""
         where, params = _where(status=status, task=task, harness=harness)
+        # Walk the primary key over the range the stage and prefix allow (keys start with
+        # ``<stage>/``), one chunk after another: through the (stage, status) index every
+        # chunk would re-sort the whole stage, quadratic over a large run. ``+stage``
+        # keeps the planner off that index.
+        start, end = "", None
         if stage is not None:
-            # Walk the primary key over the stage's key range (keys start with
-            # ``<stage>/``): through the (stage, status) index every chunk would re-sort
-            # the whole stage, quadratic over a large run. ``+stage`` keeps the planner
-            # off that index.
-            bounds = "+stage = ? AND key < ?"
-            where = f"{where} AND {bounds}" if where else f" WHERE {bounds}"
-            params = [*params, stage, f"{stage}0"]  # "0" sorts right after "/"
+            start, end = f"{stage}/", f"{stage}0"  # "0" sorts right after "/"
+            where = f"{where} AND +stage = ?" if where else " WHERE +stage = ?"
+            params = [*params, stage]
+        if prefix:
+            start = max(start, prefix)
+            after_prefix = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            end = after_prefix if end is None else min(end, after_prefix)
+        if end is not None:
+            where = f"{where} AND key < ?" if where else " WHERE key < ?"
+            params = [*params, end]
         where = f"{where} AND" if where else " WHERE"
         tag = str(kind.__struct_config__.tag)
         columns = "result, codec"
@@ -903,10 +1007,10 @@ class Store:
                 "CASE WHEN light IS NULL THEN result ELSE light END,"
                 " CASE WHEN light IS NULL THEN codec ELSE 0 END"
             )
-        last = "" if stage is None else f"{stage}/"
+        last, after = start, ">="  # the first chunk may start at ``start`` itself
         while True:
             fetched = self._read(
-                f"SELECT key, {columns} FROM jobs{where} kind = ? AND key > ?"
+                f"SELECT key, {columns} FROM jobs{where} kind = ? AND key {after} ?"
                 f" AND result IS NOT NULL ORDER BY key LIMIT {int(chunk)}",
                 [*params, tag, last],
             )
@@ -920,7 +1024,7 @@ class Store:
                     ) from exc
             if len(fetched) < chunk:
                 return
-            last = fetched[-1][0]
+            last, after = fetched[-1][0], ">"
 
     def _has_light(self) -> bool:
         """Whether the jobs table has the ``light`` column (a read-only open of a store
@@ -951,19 +1055,40 @@ def _where(
     *,
     stage: str | None = None,
     status: str | Iterable[str] | None = None,
-    task: str | None = None,
+    task: str | Iterable[str] | None = None,
     harness: str | None = None,
+    prefix: str | None = None,
+    after: str | None = None,
+    before: str | None = None,
 ) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
-    for column, value in (("stage", stage), ("task", task), ("harness", harness)):
+    for column, value in (("stage", stage), ("harness", harness)):
         if value is not None:
             clauses.append(f"{column} = ?")
             params.append(value)
+    if isinstance(task, str):
+        clauses.append("task = ?")
+        params.append(task)
+    elif task is not None:
+        # One bound parameter however many tasks (SQLite limits their number).
+        clauses.append("task IN (SELECT value FROM json_each(?))")
+        params.append(json.dumps(list(task)))
     if status is not None:
         statuses = [status] if isinstance(status, str) else list(status)
         clauses.append(f"status IN ({','.join('?' * len(statuses))})")
         params.extend(statuses)
+    if prefix:
+        # A range of the key index: the keys starting with prefix sort just below the
+        # prefix with its last character incremented.
+        clauses.append("key >= ? AND key < ?")
+        params.extend([prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)])
+    if after is not None:
+        clauses.append("key > ?")
+        params.append(after)
+    if before is not None:
+        clauses.append("key < ?")
+        params.append(before)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 

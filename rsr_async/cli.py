@@ -35,6 +35,7 @@ COMMANDS: dict[str, Subcommand] = {
     "rewrite": Subcommand("plan, critique and execute runbooks from a run's successes", "rsr_async.rsr.stage_commands", 13),
     "verify": Subcommand("leak-audit a run's verified rewrites", "rsr_async.rsr.stage_commands", 13),
     "export": Subcommand("export a run's SFT data, direct-SFT baseline and ATIF", "rsr_async.rsr.stage_commands", 13),
+    "eval": Subcommand("evaluate served checkpoints with plain Terminus 2 (the paper's Table 5)", "rsr_async.rsr.eval_commands", 14),
     "analyze": Subcommand("coverage, style, similarity and pass@k reports", None, 11),
     "bench": Subcommand("run a benchmark from bench/ and print JSON", "rsr_async.benchmarks", 2),
 }

@@ -10,7 +10,7 @@ from tests.conftest import run_cli_env
 
 PRODUCT_COMMANDS = [
     "run", "tasks", "images", "sandbox", "sim-server", "serve",
-    "rewrite", "verify", "export", "analyze", "bench",
+    "rewrite", "verify", "export", "eval", "analyze", "bench",
 ]
 
 

@@ -37,6 +37,7 @@ COMMANDS: dict[str, Subcommand] = {
     "export": Subcommand("export a run's SFT data, direct-SFT baseline and ATIF", "rsr_async.rsr.stage_commands", 13),
     "analyze": Subcommand("the paper's tables and figures from a run (or other results)", "rsr_async.analysis.commands", 14),
     "view": Subcommand("browse a run's trajectories in a local web page", "rsr_async.viewer.commands", 14),
+    "eval": Subcommand("evaluate served checkpoints with plain Terminus 2 (the paper's Table 5)", "rsr_async.rsr.eval_commands", 14),
     "bench": Subcommand("run a benchmark from bench/ and print JSON", "rsr_async.benchmarks", 2),
 }
 

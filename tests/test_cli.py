@@ -11,7 +11,7 @@ from tests.conftest import run_cli_env
 
 PRODUCT_COMMANDS = [
     "run", "tasks", "images", "sandbox", "sim-server", "serve",
-    "rewrite", "verify", "export", "analyze", "view", "bench",
+    "rewrite", "verify", "export", "analyze", "view", "eval", "bench",
 ]
 
 

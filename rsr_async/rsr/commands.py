@@ -101,10 +101,11 @@ def default_run_dir(config: Config, sources: list[str]) -> Path:
     return Path("runs") / f"{STAGE}-{digest}"
 
 
-async def _prewarm_until_interrupted(
+async def prewarm_until_interrupted(
     runtime: EpisodeRuntime, wave: list[Job], signals: SignalState
 ) -> None:
-    """Prewarm, but stop at the first Ctrl-C (the engine has nothing to drain yet)."""
+    """Prewarm, but stop at the first Ctrl-C (the engine has nothing to drain yet).
+    ``run`` and ``eval`` call it before their first wave of episodes."""
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
@@ -180,7 +181,7 @@ async def _run(
                 todo = [j for j in jobs if statuses.get(str(j.key)) not in FINISHED]
                 wave = todo[: config.run.concurrency]
                 print(f"starting {len(wave)} sandboxes for the first wave ...", file=sys.stderr)
-                await _prewarm_until_interrupted(runtime, wave, signals)
+                await prewarm_until_interrupted(runtime, wave, signals)
             async for result in pipeline.run(tasks, stages=stages, allow_scripted=options.allow_scripted):
                 done_here += result.key.stage == STAGE
         figures = (

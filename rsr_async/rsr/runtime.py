@@ -243,10 +243,16 @@ SCRIPTED_MARK = " [scripted stand-in]"
 
 
 async def check_model_identity(store: Store, runtime: EpisodeRuntime, run_dir: Path, *, force: bool) -> None:
-    """Refuse to mix results of two different models in one run (unless forced)."""
+    """Refuse to mix results of two different models in one run (unless forced).
+
+    A model no server named (every server was down at the start, so the episodes end as
+    infrastructure errors) is unknown, not another model: it is neither checked nor
+    recorded, so the rerun that retries those episodes once a server is back resumes."""
+    if not runtime.model.model_name:
+        return
     identity = model_identity(runtime)
     stored = store.meta().get("model")
-    if stored is not None and stored != identity and not force:
+    if stored and stored != identity and not force:
         raise ConfigMismatchError(
             f"{run_dir}: this run's results came from {stored!r}, but the model now is "
             f"{identity!r}; use a new --run-dir (or --force to mix them)"

@@ -45,7 +45,11 @@ from ..scripted import ScriptedModel, load_solutions
 from ..tokenizer import SimTokenizer
 from .radix import RadixCache
 
-__all__ = ["SimServer", "spawn_sim_servers"]
+__all__ = ["SIM_VERSION", "SimServer", "spawn_sim_servers"]
+
+SIM_VERSION = "rsr_async-sim"
+"""``version`` in ``/get_server_info``: how a client tells the simulator (which always
+answers with the scripted stand-in, whatever model name it reports) from a real server."""
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
@@ -183,7 +187,7 @@ class SimServer:
             "model_path": self.config.model_name, "context_length": self.config.context_length,
             "max_running_requests": self.config.max_running_requests,
             "max_total_num_tokens": self.config.cache_tokens, "enable_cache_report": True,
-            "enable_metrics": True, "version": "rsr_async-sim",
+            "enable_metrics": True, "version": SIM_VERSION,
         })
 
     async def _models(self, request: web.Request) -> web.Response:

@@ -151,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
     run_dir = Path(config.run.run_dir) if config.run.run_dir else default_run_dir(config, sources)
     run_dir = make_run_dir(run_dir)
     print(f"run directory: {run_dir}", file=sys.stderr)
-    tasks_dir = tasks_root(dataset.tasks)
+    tasks_dir = write_task_list(dataset.tasks, run_dir)
     options = StageOptions(
         force=args.force,
         sim_servers=args.sim_servers,
@@ -165,6 +165,20 @@ def tasks_root(tasks: list[Task]) -> Path:
     """The deepest directory holding every task: where the embedded scripted stand-in
     reads the reference solutions (a list-file dataset names tasks anywhere)."""
     return Path(os.path.commonpath([str(Path(task.path).resolve()) for task in tasks]))
+
+
+TASK_LIST = "tasks.list"
+"""In the run directory: the task directories this run's loader accepted, one a line."""
+
+
+def write_task_list(tasks: list[Task], run_dir: Path) -> Path:
+    """Write :data:`TASK_LIST` and return its path: the embedded scripted stand-in reads
+    exactly these tasks' solutions, never a task the loader refused (a non-UTF-8 or
+    oversized instruction, a symlink out of its directory) nor anything else under the
+    tasks' common parent."""
+    path = run_dir / TASK_LIST
+    path.write_text("".join(f"{Path(task.path).resolve()}\n" for task in tasks), encoding="utf-8")
+    return path
 
 
 class StageOptions(NamedTuple):

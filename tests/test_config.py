@@ -238,3 +238,11 @@ def test_cli_refuses_a_run_dir_that_is_a_file(tmp_path: Path) -> None:
     out = _run_cli("--run-dir", str(file), cwd=tmp_path)
     _one_line_error(out, f"run directory {file}: exists and is not a directory")
     assert file.read_bytes() == b"keep me"  # nothing stored is touched
+
+
+def test_cli_refuses_a_run_dir_below_a_file(tmp_path: Path) -> None:
+    file = tmp_path / "notes.txt"
+    file.write_text("keep me")
+    out = _run_cli("--run-dir", str(file / "run"), cwd=tmp_path)
+    _one_line_error(out, f"run directory {file / 'run'}: cannot create it: Not a directory")
+    assert file.read_text() == "keep me"

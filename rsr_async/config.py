@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
+from msgspec import Meta
 
 from .errors import ConfigError
 
@@ -43,13 +46,40 @@ PIPELINE_STAGES = ("discover", "rewrite", "verify", "export")
 """The stages of ``run --stages``, in pipeline order."""
 
 
-def _positive(key: str, value: float) -> None:
-    if value <= 0:
-        raise ValueError(f"{key}: expected a number > 0, got {value!r}")
+# Every numeric setting carries the bound it needs, checked wherever a config is loaded
+# (files, --set, flags, a stored run's config): a 0 that would make every episode wait
+# for a slot, or a negative deadline, fails at load time naming the key instead.
+AtLeastOne = Annotated[int, Meta(ge=1)]
+"""A count of slots, items or tries where 0 would stall or do nothing."""
+Count = Annotated[int, Meta(ge=0)]
+"""A count where 0 is meaningful (no retries, no warm containers)."""
+Positive = Annotated[float, Meta(gt=0)]
+"""A rate or a deadline: 0 or less would never let anything through."""
+NonNegative = Annotated[float, Meta(ge=0)]
+"""A delay, backoff or latency, where 0 means none."""
+Share = Annotated[float, Meta(ge=0, le=1)]
+"""A share or probability."""
+Port = Annotated[int, Meta(ge=0, le=65535)]
+"""A TCP port; 0 means off or pick a free one, as the field says."""
 
 
-class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A config section: every float must be finite (TOML spells ``nan`` and ``inf``, which
+    would pass a lower bound and then hang or crash far from the file that set them)."""
+
+    section: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{self.section}.{name}: expected a finite number, got {value!r}")
+
+
+class RunConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What to run."""
+
+    section: ClassVar[str] = "run"
 
     run_dir: str = ""
     """Run directory (store, event log, summary). Empty: ``runs/<timestamp>``."""
@@ -57,11 +87,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Task directories or list files. Empty: the bundled suite (``rsr_async/tasks/bundled``)."""
     harnesses: tuple[str, ...] = ("terminus2",)
     """Harnesses for the discover stage."""
-    attempts: int = 1
+    attempts: AtLeastOne = 1
     """Attempts per (task, harness)."""
-    concurrency: int = 64
+    concurrency: AtLeastOne = 64
     """Episodes in flight at once."""
-    model_concurrency: int = 256
+    model_concurrency: AtLeastOne = 256
     """Model-only jobs (planner, critic, auditor) in flight at once; they hold no sandbox."""
     stages: tuple[str, ...] = ("discover",)
     """Pipeline stages ``run`` performs, in order: discover, rewrite, verify, export."""
@@ -72,17 +102,17 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     Docker's slow starts are paid up front and the whole wave runs at once."""
 
     def __post_init__(self) -> None:
-        _positive("run.attempts", self.attempts)
-        _positive("run.concurrency", self.concurrency)
-        _positive("run.model_concurrency", self.model_concurrency)
+        super().__post_init__()
         unknown = [s for s in self.stages if s not in PIPELINE_STAGES]
         if unknown or not self.stages:
             what = f"unknown stage {unknown[0]!r}" if unknown else "no stage"
             raise ValueError(f"run.stages: {what}; expected some of {', '.join(PIPELINE_STAGES)}")
 
 
-class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class SandboxConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Docker sandboxes."""
+
+    section: ClassVar[str] = "sandbox"
 
     docker_urls: tuple[str, ...] = ("unix:///var/run/docker.sock",)
     """Docker hosts (unix:// or tcp://); episodes spread over them by load."""
@@ -92,41 +122,42 @@ class SandboxConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Mirror debootstrap reads when bootstrapping the base image."""
     debian_suite: str = "bookworm"
     """Debian release of the base image."""
-    starts_per_s: float = 8.0
+    starts_per_s: Positive = 8.0
     """Rate limit on container starts per Docker host."""
-    max_concurrent_starts: int = 16
+    max_concurrent_starts: AtLeastOne = 16
     """Container creations/starts in flight at once per Docker host."""
-    default_cpus: float = 1.0
+    default_cpus: Positive = 1.0
     """CPU limit when the task sets none."""
-    default_memory_mb: int = 2048
+    default_memory_mb: Annotated[int, Meta(ge=6)] = 2048
     """Memory limit (MiB) when the task sets none."""
-    pids_limit: int = 1024
+    pids_limit: AtLeastOne = 1024
     """Maximum processes per sandbox (stops fork bombs)."""
     allow_network: bool = False
     """Allow network for tasks that ask for it (both must agree)."""
-    warm_pool: int = 0
+    warm_pool: Count = 0
     """Containers kept started ahead of demand per image (0: none)."""
-    max_concurrent_verifiers: int = 8
+    max_concurrent_verifiers: AtLeastOne = 8
     """Hidden-test runs at once: they are CPU-heavy, and a verifier's timeout must measure
     its own run, not the wait for a core."""
-    build_concurrency: int = 2
+    build_concurrency: AtLeastOne = 2
     """Image builds in flight at once."""
-    api_timeout_s: float = 120.0
+    api_timeout_s: Positive = 120.0
     """Deadline for one Docker API call."""
-    command_timeout_s: float = 600.0
+    command_timeout_s: Positive = 600.0
     """Default deadline for ``run(cmd)`` inside a sandbox."""
-    shell_quiet_s: float = 0.05
+    shell_quiet_s: NonNegative = 0.05
     """Quiet after a prompt before ``wait`` returns, when keys were typed into a running program."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.docker_urls:
             raise ValueError("sandbox.docker_urls: expected at least one Docker URL")
-        _positive("sandbox.starts_per_s", self.starts_per_s)
-        _positive("sandbox.pids_limit", self.pids_limit)
 
 
-class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Model servers and how to talk to them."""
+
+    section: ClassVar[str] = "llm"
 
     urls: tuple[str, ...] = ()
     """SGLang servers or one sglang-router URL. Empty: start the embedded simulator."""
@@ -137,138 +168,136 @@ class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     (``/get_model_info`` ``model_path``)."""
     routing: Literal["sticky", "round_robin", "router"] = "sticky"
     """``sticky``: cache-affine per episode; ``router``: one sglang-router URL decides."""
-    max_inflight_per_server: int = 512
+    max_inflight_per_server: AtLeastOne = 512
     """Requests in flight per server."""
-    connect_timeout_s: float = 10.0
+    connect_timeout_s: Positive = 10.0
     """Deadline to connect."""
-    read_timeout_s: float = 600.0
+    read_timeout_s: Positive = 600.0
     """Deadline between bytes of a reply."""
-    total_timeout_s: float = 1800.0
+    total_timeout_s: Positive = 1800.0
     """Deadline for a whole call, retries included."""
-    max_retries: int = 4
+    max_retries: Count = 4
     """Retries for connection errors, 5xx, 429 and in-stream errors (never other 4xx)."""
-    backoff_s: float = 0.5
+    backoff_s: NonNegative = 0.5
     """Base of the jittered exponential backoff between retries."""
-    max_new_tokens: int = 4096
+    max_new_tokens: AtLeastOne = 4096
     """Always sent explicitly (SGLang's ``/generate`` default is 128)."""
-    temperature: float | None = None
+    temperature: NonNegative | None = None
     """Sampling temperature; None lets the server decide (Harbor sends none)."""
-    top_p: float | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
     """Nucleus sampling; None lets the server decide."""
-    context_length: int = 32768
+    context_length: AtLeastOne = 32768
     """Context window used when the server does not report one."""
     chat_template: str = ""
     """Jinja chat template for native mode. Empty: the built-in ChatML template."""
-    health_interval_s: float = 5.0
+    health_interval_s: Positive = 5.0
     """Seconds between health checks of each server."""
-    breaker_failures: int = 5
+    breaker_failures: AtLeastOne = 5
     """Consecutive failures that open a server's circuit breaker."""
-    breaker_reset_s: float = 10.0
+    breaker_reset_s: NonNegative = 10.0
     """Seconds an open breaker waits before letting one probe request through."""
-    balance_abs_threshold: int = 64
+    balance_abs_threshold: Count = 64
     """Sticky routing yields when max - min in-flight exceeds this ..."""
-    balance_rel_threshold: float = 1.5
+    balance_rel_threshold: Annotated[float, Meta(ge=1)] = 1.5
     """... and max > min * this (sglang-router's cache_aware rule)."""
 
-    def __post_init__(self) -> None:
-        _positive("llm.max_new_tokens", self.max_new_tokens)
-        _positive("llm.max_inflight_per_server", self.max_inflight_per_server)
-        if self.max_retries < 0:
-            raise ValueError("llm.max_retries: expected a number >= 0")
 
-
-class HarnessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class HarnessConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Agent harness settings (Terminus 2 and friends)."""
 
-    max_turns: int = 200
+    section: ClassVar[str] = "harness"
+
+    max_turns: AtLeastOne = 200
     """Model turns per episode (the TB2 reference configs use 200)."""
-    max_observation_bytes: int = 10000
+    max_observation_bytes: AtLeastOne = 10000
     """Observations longer than this keep the first and last half."""
-    max_duration_s: float = 60.0
+    max_duration_s: NonNegative = 60.0
     """Longest wait the model may ask for after a command."""
-    default_duration_s: float = 1.0
+    default_duration_s: NonNegative = 1.0
     """Wait used when a command gives no duration (with a warning)."""
-    handoff_free_tokens: int = 8000
+    handoff_free_tokens: Count = 8000
     """Hand off (summarise) when free context falls under this many tokens."""
 
-    def __post_init__(self) -> None:
-        _positive("harness.max_turns", self.max_turns)
-        _positive("harness.max_observation_bytes", self.max_observation_bytes)
 
-
-class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class EngineConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Scheduler, store and progress."""
 
-    grace_period_s: float = 30.0
+    section: ClassVar[str] = "engine"
+
+    grace_period_s: NonNegative = 30.0
     """After the first Ctrl-C, how long running jobs may finish before being cancelled."""
-    infra_retries: int = 2
+    infra_retries: Count = 2
     """Extra attempts for a job that failed on infrastructure (never for a model failure)."""
-    job_deadline_s: float = 0.0
+    job_deadline_s: NonNegative = 0.0
     """Wall clock per job attempt, past which it is stored as ``infra_error`` (the agent's
     own clock is the harness's); 0: build + agent + verifier timeouts + 15 min of queueing."""
-    retry_backoff_s: float = 1.0
+    retry_backoff_s: NonNegative = 1.0
     """Base of the jittered exponential backoff between infra retries of a job."""
     progress: Literal["auto", "rich", "plain", "none"] = "auto"
     """Live display: rich on a TTY, plain lines otherwise."""
-    metrics_port: int = 0
+    metrics_port: Port = 0
     """Serve Prometheus metrics on this loopback port (0: off)."""
-    store_batch_ms: float = 50.0
+    store_batch_ms: NonNegative = 50.0
     """The store writer commits at most this often (batched transactions)."""
 
 
-class RsrConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class RsrConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The rewrite pipeline (paper defaults in ``configs/paper.toml``)."""
 
-    runbooks_per_source: int = 4
+    section: ClassVar[str] = "rsr"
+
+    runbooks_per_source: AtLeastOne = 4
     """K: runbooks the planner writes per successful source trajectory."""
-    executions_per_runbook: int = 4
+    executions_per_runbook: AtLeastOne = 4
     """M: executor episodes per accepted runbook."""
-    executor_temperature: float = 0.7
+    executor_temperature: NonNegative = 0.7
     """Sampling temperature of the executor."""
     executor_harness: str = "terminus2"
     """The executor is plain Terminus 2."""
-    critic_max_retries: int = 2
+    critic_max_retries: Count = 2
     """Regenerations of a rejected runbook before it is dropped."""
-    rsrt_wall_clock_min: float = 180.0
+    rsrt_wall_clock_min: Positive = 180.0
     """RSRT's hidden-verifier loop ends at this wall clock."""
-    critic_ngram: int = 8
+    critic_ngram: AtLeastOne = 8
     """The critic's n-gram size for overlap with the task's solution and tests."""
-    critic_overlap_threshold: float = 0.2
+    critic_overlap_threshold: Share = 0.2
     """Share of a runbook's n-grams found in solution/ or tests/ above which it is rejected."""
-    validation_share: float = 0.1
+    validation_share: Share = 0.1
     """Share of tasks the export puts in the validation split (whole tasks, never split)."""
-    observation_bytes_for_planner: int = 2000
+    observation_bytes_for_planner: AtLeastOne = 2000
     """Compressed trajectories keep this many bytes of each observation (head/tail)."""
 
 
-class SimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class SimConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The SGLang-compatible simulator (``sim-server``) and its latency model."""
+
+    section: ClassVar[str] = "sim"
 
     host: str = "127.0.0.1"
     """Listen address (loopback only)."""
-    port: int = 30000
+    port: Port = 30000
     """Listen port."""
     model_name: str = "scripted-stand-in"
     """Name reported by ``/get_model_info`` and ``/v1/models``."""
-    context_length: int = 32768
+    context_length: AtLeastOne = 32768
     """Context window reported and enforced."""
-    prefill_us_per_token: float = 20.0
+    prefill_us_per_token: NonNegative = 20.0
     """Latency per uncached prompt token."""
-    decode_us_per_token: float = 400.0
+    decode_us_per_token: NonNegative = 400.0
     """Latency per generated token. The defaults (20 µs prefill, 400 µs decode) are ~50x
     faster than a GPU server so offline runs stay quick, with the real shape: latency grows
     with tokens, cache hits skip prefill, and a full server queues."""
-    max_running_requests: int = 256
+    max_running_requests: AtLeastOne = 256
     """Requests decoded at once; the rest queue."""
-    cache_tokens: int = 2_000_000
+    cache_tokens: Count = 2_000_000
     """Radix cache capacity in tokens (LRU eviction)."""
-    error_rate: float = 0.0
+    error_rate: Share = 0.0
     """Fault injection: share of requests answered with HTTP 500."""
-    slow_rate: float = 0.0
+    slow_rate: Share = 0.0
     """Fault injection: share of requests delayed by ``slow_s``."""
-    slow_s: float = 5.0
+    slow_s: NonNegative = 5.0
     """Extra delay for slow requests."""
-    drop_rate: float = 0.0
+    drop_rate: Share = 0.0
     """Fault injection: share of connections dropped before replying."""
     seed: int = 0
     """Seed for fault injection and the scripted model."""
@@ -320,13 +349,38 @@ def _parse_override(text: str) -> dict[str, Any]:
     return root
 
 
+_BOUND = re.compile(r"^Expected `(?P<type>\w+)` (?P<bound>.+) - at `\$\.(?P<path>[\w.]+)`$")
+"""msgspec's message for a value outside its ``Meta`` bounds."""
+_OWN = re.compile(r"^(?P<text>\w+\.\w+: .*) - at `\$\.\w+`$")
+"""A ``__post_init__`` message, which names its key already."""
+
+
+def _lookup(data: Mapping[str, Any], path: str) -> object:
+    node: object = data
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def _message(exc: Exception, data: Mapping[str, Any]) -> str:
+    text = str(exc)
+    bound = _BOUND.match(text)
+    if bound:  # key first, with the value given: "sandbox.api_timeout_s: expected ..., got -1"
+        kind = "an integer" if bound["type"] == "int" else "a number"
+        value = _lookup(data, bound["path"])
+        return f"{bound['path']}: expected {kind} {bound['bound']}, got {value!r}"
+    own = _OWN.match(text)
+    if own:
+        return own["text"]
+    # msgspec names the path as ``$.llm.urls[0]``; make it read as a key path.
+    return text.replace("`$.", "`").replace("- at `$`", "")
+
+
 def _convert(data: dict[str, Any], source: str) -> Config:
     try:
         return msgspec.convert(data, Config)
     except (msgspec.ValidationError, ValueError, TypeError) as exc:
-        # msgspec names the path as ``$.llm.urls[0]``; make it read as a key path.
-        message = str(exc).replace("`$.", "`").replace("- at `$`", "")
-        raise ConfigError(f"{source}: {message}") from exc
+        raise ConfigError(f"{source}: {_message(exc, data)}") from exc
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, section: str = "") -> None:

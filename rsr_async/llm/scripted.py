@@ -46,6 +46,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -72,6 +73,8 @@ __all__ = [
     "split_literals",
 ]
 
+log = logging.getLogger(__name__)
+
 ROLE_PLANNER = "ROLE: planner"
 """A system or first user message starting with this asks for a runbook (markdown)."""
 ROLE_CRITIC = "ROLE: critic"
@@ -97,17 +100,36 @@ def solve_probability(instruction: str, harness: str) -> float:
 
 
 def load_solutions(tasks_dir: str | Path) -> dict[str, str]:
-    """``instruction.md`` text -> sibling ``solution/solve.sh`` for Harbor task dirs below.
+    """``instruction.md`` text -> sibling ``solution/solve.sh`` for Harbor task dirs.
 
-    Deliberately tiny and independent of the tasks room: it only feeds the test double.
+    ``tasks_dir`` is a directory (every ``instruction.md`` below it) or a list file naming
+    one task directory per line (``run`` writes one: exactly the tasks its loader
+    accepted). A task that cannot be read (not UTF-8, a directory where a file belongs) is
+    skipped with a warning naming it: one bad task must not stop the simulator, and with it
+    every other task's episodes. Deliberately tiny and independent of the tasks room: it
+    only feeds the test double.
     """
+    source = Path(tasks_dir)
+    if source.is_file():
+        lines = source.read_text(encoding="utf-8").splitlines()
+        instructions = [Path(line.strip()) / "instruction.md" for line in lines if line.strip()]
+    else:
+        instructions = sorted(source.rglob("instruction.md"))
     solutions: dict[str, str] = {}
-    for instruction in sorted(Path(tasks_dir).rglob("instruction.md")):
+    for instruction in instructions:
         solve = instruction.parent / "solution" / "solve.sh"
-        if solve.is_file():
+        if not solve.is_file():
+            continue  # no reference solution: nothing for the stand-in to type
+        try:
+            if not instruction.is_file():
+                raise IsADirectoryError(f"{instruction.name} is not a file")
             text = instruction.read_text(encoding="utf-8").strip()
-            if text:
-                solutions[text] = solve.read_text(encoding="utf-8")
+            solution = solve.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("scripted model: skipped task %s: cannot read it: %s", instruction.parent, exc)
+            continue
+        if text:
+            solutions[text] = solution
     return solutions
 
 

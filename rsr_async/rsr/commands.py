@@ -117,10 +117,31 @@ async def prewarm_until_interrupted(
         tg.cancel_scope.cancel()
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flag values that would hang or crash later, naming the flag (one line)."""
+    for flag, value in (("--concurrency", args.concurrency), ("--attempts", args.attempts),
+                        ("--sim-servers", args.sim_servers)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag}: expected an integer >= 1, got {value}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port: expected a port in 0..65535 (0: off), got {args.metrics_port}")
+
+
+def make_run_dir(run_dir: Path) -> Path:
+    """Create ``run_dir`` (resolved); a path that is a file, or cannot be created, is a
+    ConfigError naming it rather than a traceback."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run directory {run_dir}: exists and is not a directory; name another --run-dir")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"run directory {run_dir}: cannot create it: {exc.strerror or exc}") from exc
+    return run_dir.resolve()
+
+
 def main(args: argparse.Namespace) -> int:
+    check_flags(args)
     config = load_config(args.config, args.set, _flag_values(args))
-    if args.sim_servers < 1:
-        raise ConfigError("--sim-servers: expected a number >= 1")
     sources = [str(Path(s).resolve()) for s in config.run.dataset] or [str(BUNDLED_SUITE)]
     dataset = load_dataset(sources)
     for error in dataset.errors:
@@ -128,10 +149,9 @@ def main(args: argparse.Namespace) -> int:
     if not dataset.tasks:
         raise TaskError(f"no loadable task in {', '.join(sources)}")
     run_dir = Path(config.run.run_dir) if config.run.run_dir else default_run_dir(config, sources)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = run_dir.resolve()
+    run_dir = make_run_dir(run_dir)
     print(f"run directory: {run_dir}", file=sys.stderr)
-    tasks_dir = tasks_root(dataset.tasks)
+    tasks_dir = write_task_list(dataset.tasks, run_dir)
     options = StageOptions(
         force=args.force,
         sim_servers=args.sim_servers,
@@ -145,6 +165,20 @@ def tasks_root(tasks: list[Task]) -> Path:
     """The deepest directory holding every task: where the embedded scripted stand-in
     reads the reference solutions (a list-file dataset names tasks anywhere)."""
     return Path(os.path.commonpath([str(Path(task.path).resolve()) for task in tasks]))
+
+
+TASK_LIST = "tasks.list"
+"""In the run directory: the task directories this run's loader accepted, one a line."""
+
+
+def write_task_list(tasks: list[Task], run_dir: Path) -> Path:
+    """Write :data:`TASK_LIST` and return its path: the embedded scripted stand-in reads
+    exactly these tasks' solutions, never a task the loader refused (a non-UTF-8 or
+    oversized instruction, a symlink out of its directory) nor anything else under the
+    tasks' common parent."""
+    path = run_dir / TASK_LIST
+    path.write_text("".join(f"{Path(task.path).resolve()}\n" for task in tasks), encoding="utf-8")
+    return path
 
 
 class StageOptions(NamedTuple):

@@ -11,10 +11,20 @@ Legacy terminal-bench::
 Both become the same record. Domain labels (category, tags, difficulty) come from
 Harbor's free-form ``[metadata]`` table or the legacy YAML's top-level keys; anything
 else in those tables is kept in ``Task.metadata``. Every error names the task and file.
+
+A task's own faults are refused here, so they are reported as a malformed task rather
+than charged to a model or to the infrastructure later:
+
+- timeouts, ``cpus``, ``memory_mb`` and ``storage_mb`` must be finite and > 0;
+- an instruction over :data:`MAX_INSTRUCTION_BYTES` (1 MiB);
+- a symlink anywhere in the task directory that resolves outside it (it would put a host
+  file into the prompt, the stored trajectory, the image or the verifier).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,7 +35,7 @@ import yaml
 from ..errors import TaskError
 from ..schema import Task
 
-__all__ = ["detect_format", "is_task_dir", "load_task"]
+__all__ = ["MAX_INSTRUCTION_BYTES", "detect_format", "is_task_dir", "load_task"]
 
 HARBOR_MARKER = "task.toml"
 LEGACY_MARKER = "task.yaml"
@@ -36,6 +46,13 @@ HARBOR_VERIFIER_TIMEOUT_S = 600.0
 HARBOR_BUILD_TIMEOUT_S = 600.0
 LEGACY_AGENT_TIMEOUT_S = 360.0
 LEGACY_TEST_TIMEOUT_S = 60.0
+
+MAX_INSTRUCTION_BYTES = 1 << 20
+"""Longest instruction a task may have (1 MiB, UTF-8). At ~4 bytes a token that is ~250k
+tokens: 8x the default 32,768-token context and past what served checkpoints take, while
+Terminal-Bench instructions are a few KB. A longer one can only end as a context failure
+charged to the model; it is the task's fault, so the loader refuses it. A constant, not a
+setting: whether a task is well formed must not depend on the run that loads it."""
 
 
 def is_task_dir(path: Path) -> bool:
@@ -66,7 +83,9 @@ def load_task(path: Path) -> Task:
     path = Path(path).resolve()
     if not path.is_dir():
         raise TaskError("task directory not found", task=path.name, path=str(path))
-    if detect_format(path) == "harbor":
+    task_format = detect_format(path)
+    _check_symlinks(path, path.name)  # before any file of the task is read
+    if task_format == "harbor":
         return _load_harbor(path)
     return _load_legacy(path)
 
@@ -74,13 +93,54 @@ def load_task(path: Path) -> Task:
 # -- helpers -------------------------------------------------------------------------
 
 
-def _read_text(file: Path, task: str) -> str:
+def _read_text(file: Path, task: str, *, limit: int | None = None) -> str:
     try:
+        if limit is not None and file.is_file() and (size := file.stat().st_size) > limit:
+            raise TaskError(
+                f"{file.name} is {size} bytes, over the {limit}-byte limit for an instruction "
+                "(MAX_INSTRUCTION_BYTES); shorten it",
+                task=task,
+                path=str(file),
+            )
         return file.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise TaskError(f"missing {file.name}", task=task, path=str(file)) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskError(f"cannot read {file.name}: {exc}", task=task, path=str(file)) from exc
+
+
+def _is_positive(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _check_symlinks(root: Path, task: str) -> None:
+    """Refuse any symlink under ``root`` that resolves outside it (or cannot be resolved):
+    ``instruction.md -> /etc/hostname`` would put a host file into the prompt and the
+    stored trajectory, and a link in tests/, solution/ or the build context would copy
+    one into a container."""
+    for current, dirs, files in os.walk(root):  # does not follow symlinked directories
+        for entry in (*dirs, *files):
+            link = Path(current, entry)
+            if not link.is_symlink():
+                continue
+            try:
+                target = link.resolve()
+            except (OSError, RuntimeError) as exc:  # a loop
+                raise TaskError(
+                    f"{link.relative_to(root)} is a symlink that cannot be resolved ({exc}); refused",
+                    task=task, path=str(link),
+                ) from exc
+            if not target.is_relative_to(root):
+                raise TaskError(
+                    f"{link.relative_to(root)} is a symlink to {target}, outside the task "
+                    "directory; refused (copy the file into the task instead)",
+                    task=task, path=str(link),
+                )
 
 
 class _Fields:
@@ -102,19 +162,22 @@ class _Fields:
         )
 
     def number(self, key: str, default: float | None) -> float | None:
+        """A finite number > 0 (timeouts, cpus): NaN, inf, 0 and negatives are refused, since
+        each would fail or hang every attempt of the task."""
         value = self.table.get(key, default)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self._bad(key, "a number >= 0", value)
+        if not _is_positive(value):
+            raise self._bad(key, "a number > 0 (not NaN or inf)", value)
         return float(value)
 
     def integer(self, key: str) -> int | None:
+        """A finite number > 0, as an integer (memory_mb, storage_mb)."""
         value = self.table.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self._bad(key, "an integer >= 0", value)
+        if not _is_positive(value) or int(value) < 1:
+            raise self._bad(key, "an integer > 0", value)
         return int(value)
 
     def string(self, key: str, default: str | None = None) -> str | None:
@@ -157,11 +220,12 @@ def _memory_mb(fields: _Fields) -> int | None:
     units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
     raw = text.strip().lower().rstrip("b")
     try:
-        if raw and raw[-1] in units:
-            return int(float(raw[:-1]) * units[raw[-1]])
-        return int(float(raw))
-    except ValueError:
-        raise fields._bad("memory", 'a size such as "2G" or memory_mb = 2048', text) from None
+        mb = int(float(raw[:-1]) * units[raw[-1]]) if raw and raw[-1] in units else int(float(raw))
+    except (ValueError, OverflowError):  # "nanG", "infG"
+        mb = 0
+    if mb < 1:
+        raise fields._bad("memory", 'a size of at least 1M, such as "2G" or memory_mb = 2048', text)
+    return mb
 
 
 # -- Harbor --------------------------------------------------------------------------
@@ -182,7 +246,7 @@ def _load_harbor(path: Path) -> Task:
     agent = _Fields(data.get("agent"), "agent", name, config_file)
     environment = _Fields(data.get("environment"), "environment", name, config_file)
 
-    instruction = _read_text(path / "instruction.md", name).strip()
+    instruction = _read_text(path / "instruction.md", name, limit=MAX_INSTRUCTION_BYTES).strip()
     if not instruction:
         raise TaskError("instruction.md is empty", task=name, path=str(path / "instruction.md"))
 
@@ -266,6 +330,13 @@ def _load_legacy(path: Path) -> Task:
     instruction = _legacy_instruction(fields.table).strip()
     if not instruction:
         raise TaskError("task.yaml has no instruction", task=name, path=str(config_file))
+    if (size := len(instruction.encode())) > MAX_INSTRUCTION_BYTES:
+        raise TaskError(
+            f"the instruction is {size} bytes, over the {MAX_INSTRUCTION_BYTES}-byte limit for an "
+            "instruction (MAX_INSTRUCTION_BYTES); shorten it",
+            task=name,
+            path=str(config_file),
+        )
 
     run_tests = path / "run-tests.sh"
     if not run_tests.is_file():

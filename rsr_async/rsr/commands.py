@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 import time
 from functools import partial
@@ -159,12 +158,6 @@ def main(args: argparse.Namespace) -> int:
         out=Path(args.out) if args.out else None,
     )
     return run_async(_run, config, dataset.tasks, run_dir, tasks_dir, options)
-
-
-def tasks_root(tasks: list[Task]) -> Path:
-    """The deepest directory holding every task: where the embedded scripted stand-in
-    reads the reference solutions (a list-file dataset names tasks anywhere)."""
-    return Path(os.path.commonpath([str(Path(task.path).resolve()) for task in tasks]))
 
 
 TASK_LIST = "tasks.list"

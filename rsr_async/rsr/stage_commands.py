@@ -22,7 +22,7 @@ from ..engine.signals import EXIT_OK, exit_code, run_async, shutdown_on_signals
 from ..engine.store import STAGE_SCOPED, Store
 from ..errors import StoreError
 from ..schema import EpisodeSpec, Task
-from .commands import add_stage_arguments, tasks_root
+from .commands import add_stage_arguments, write_task_list
 from .exporting import export_run
 from .figures import pipeline_figures, render_figures
 from .runtime import open_pipeline
@@ -97,8 +97,8 @@ async def _run_stage(config: Config, tasks: list[Task], run_dir: Path, args: arg
     async with open_pipeline(
         config,
         run_dir=run_dir,
-        # the scripted stand-in reads the tasks' reference solutions from here
-        tasks_dir=tasks_root(tasks),
+        # the scripted stand-in reads exactly these tasks' reference solutions
+        tasks_dir=write_task_list(tasks, run_dir),
         sim_servers=args.sim_servers,
         force=args.force,
         on_notice=partial(print, file=sys.stderr),

@@ -149,7 +149,7 @@ class ModelRouter:
         return self._context_length
 
     async def __aenter__(self) -> ModelRouter:
-        transport = AiohttpTransport()
+        transport = AiohttpTransport(max_reply_bytes=self.config.max_reply_bytes)
         self._http = make_http_client(self.config, transport)
         self._servers = [
             _Server(SGLangClient(u, self.config, http=self._http, transport=transport,

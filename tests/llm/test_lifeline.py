@@ -194,3 +194,42 @@ def test_run_simulator_dies_with_the_run(tmp_path: Path, run_dir: Path, sig: sig
     finally:
         run.kill()
         run.wait()
+
+
+# -- `serve`: the launched servers die with it ----------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.timeout(120)
+def test_serve_servers_die_when_serve_is_killed() -> None:
+    # The simulator stands in for sglang.launch_server and gets no --parent-pid, so only
+    # the trampoline (PDEATHSIG, set before exec) can take it down: as for real SGLang.
+    base = _free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "rsr_async", "serve", "--model-path", "m", "--servers", "2",
+         "--base-port", str(base), "--ready-timeout", "60",
+         "--launcher", f"{sys.executable} -m rsr_async sim-server"],
+        env=run_cli_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in serve.stdout:  # a line per simulator, then serve's own
+            if line.startswith("ready: ") or time.monotonic() > deadline:
+                break
+        servers = [pid for pid in _children(serve.pid) if "sim-server" in _cmdline(pid)]
+        assert len(servers) == 2
+        serve.kill()
+        serve.wait(timeout=10)
+        for pid in servers:
+            _wait_for(f"server {pid} gone", lambda pid=pid: not _alive(pid), 5)  # type: ignore[misc]
+        for port in (base, base + 1):
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    finally:
+        serve.kill()
+        serve.wait()

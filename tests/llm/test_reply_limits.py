@@ -131,6 +131,14 @@ async def test_oversized_chat_reply_is_an_output_limit_reply(server: str) -> Non
     assert worst < 0.1
 
 
+async def test_oversized_stream_is_an_output_limit_reply(server: str) -> None:
+    before = _hits(server)
+    result, worst = await _call(f"{server}/chunked", CAP, stream=True)
+    assert (result.text, result.finish_reason) == ("", "length")
+    assert _hits(server) == before + 1
+    assert worst < 0.1
+
+
 @pytest.mark.parametrize("mode", ["big", "chunked"])
 async def test_oversized_reply_memory_stays_bounded(server: str, mode: str) -> None:
     tracemalloc.start()

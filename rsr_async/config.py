@@ -194,12 +194,26 @@ class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Seconds between health checks of each server."""
     breaker_failures: AtLeastOne = 5
     """Consecutive failures that open a server's circuit breaker."""
-    breaker_reset_s: NonNegative = 10.0
-    """Seconds an open breaker waits before letting one probe request through."""
+    breaker_reset_s: NonNegative = 3.0
+    """Seconds an open breaker waits before letting one probe request through. At most
+    the retry budget's shortest span (see :func:`retry_span_s`; checked when a config is
+    loaded), so a call that saw the breaker open is retried after it half-opens: with
+    one server, the server decides a call's fate, not the breaker. A short reset costs
+    one probe per dead server every few seconds; a long one failed every call of a run
+    whose only server blinked (issue 15: 10 s against a ~3.75-7.5 s budget)."""
     balance_abs_threshold: Count = 64
     """Sticky routing yields when max - min in-flight exceeds this ..."""
     balance_rel_threshold: Annotated[float, Meta(ge=1)] = 1.5
     """... and max > min * this (sglang-router's cache_aware rule)."""
+    max_reply_bytes: AtLeastOne = 4 * 1024 * 1024
+    """Largest reply body read from a server (bytes). A longer reply is cut off at the
+    transport (memory stays bounded) and counts as the model's failure for that call:
+    it comes back as an output-limit reply (finish reason ``length``, empty text), which
+    the harness reports to the model as a truncated reply; it is never retried as an
+    infrastructure error. 4 MiB is ~1M tokens of text, far past any ``max_new_tokens``."""
+    probe_timeout_s: Positive = 10.0
+    """Deadline of the ``/health`` probe of every server before any sandbox starts:
+    all down fails the run at once (naming the URLs); some down is a warning."""
 
 
 class HarnessConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -378,9 +392,30 @@ def _message(exc: Exception, data: Mapping[str, Any]) -> str:
 
 def _convert(data: dict[str, Any], source: str) -> Config:
     try:
-        return msgspec.convert(data, Config)
+        config = msgspec.convert(data, Config)
     except (msgspec.ValidationError, ValueError, TypeError) as exc:
         raise ConfigError(f"{source}: {_message(exc, data)}") from exc
+    return config
+
+
+def retry_span_s(llm: LLMConfig) -> float:
+    """The shortest time a model call keeps retrying: its backoff sleeps at their lowest
+    jitter (x0.5, as :func:`rsr_async.llm.client.with_retries` draws them), capped by
+    ``llm.total_timeout_s``."""
+    sleeps = sum(min(30.0, llm.backoff_s * 2.0**n) * 0.5 for n in range(llm.max_retries))
+    return min(sleeps, llm.total_timeout_s)
+
+
+def _check_retry_budget(llm: LLMConfig, source: str) -> None:
+    # Loaded configs only: tests build LLMConfig directly with tiny backoffs on purpose.
+    span = retry_span_s(llm)
+    if llm.breaker_reset_s > span:
+        raise ConfigError(
+            f"{source}: llm.breaker_reset_s={llm.breaker_reset_s} outlasts the retry budget "
+            f"(at least {span:.2f} s from llm.max_retries={llm.max_retries}, "
+            f"llm.backoff_s={llm.backoff_s}): a call would fail on the open breaker, not on "
+            f"the server; lower llm.breaker_reset_s to <= {span:.2f} or raise llm.max_retries"
+        )
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, section: str = "") -> None:
@@ -467,6 +502,7 @@ def load_config(
     A harness name that is unknown, or planned but not built yet, fails here, naming the
     file (or ``--set``) and key it came from, rather than as an infra error per episode.
     """
+    files, overrides = list(files), list(overrides)
     data: dict[str, Any] = json.loads(json.dumps(dict(base))) if base else {}
     origins: dict[tuple[str, str], str] = {}
     for name in files:
@@ -484,4 +520,7 @@ def load_config(
         data = _merge(data, values)
     config = _convert(data, "command line" if values else "config")
     _check_harnesses(config, origins)
+    # On the final config only: one --set may need another to agree with it.
+    sources = [str(f) for f in files] + [f"--set {o}" for o in overrides]
+    _check_retry_budget(config.llm, ", ".join(sources) or "defaults")
     return config

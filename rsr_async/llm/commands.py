@@ -29,6 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="Harbor task dirs below DIR: the scripted model learns their solutions")
     parser.add_argument("--sim-json", help=argparse.SUPPRESS)
     parser.add_argument("--seed-offset", type=int, default=0, help=argparse.SUPPRESS)
+    # Set by spawn_sim_servers: exit when this pid is no longer our parent.
+    parser.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)
     # Accepted for drop-in use in place of sglang.launch_server; mostly ignored.
     parser.add_argument("--model-path", "--model", dest="model_path", help="reported model name")
     parser.add_argument("--context-length", type=int, help="context window (tokens)")
@@ -55,17 +57,26 @@ def _config(args: argparse.Namespace) -> SimConfig:
     return msgspec.structs.replace(sim, **changes)
 
 
-async def _serve(config: SimConfig, tasks: str | None, fault_seed: int) -> None:
+async def _serve(config: SimConfig, tasks: str | None, fault_seed: int, parent_pid: int) -> None:
+    from .lifeline import set_parent_death_signal, watch_parent
     from .sim.server import READY_LINE, SimServer
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with SimServer(config, tasks_dir=tasks, fault_seed=fault_seed) as server:
-        sys.stdout.write(f"{READY_LINE}{server.url}\n")
-        sys.stdout.flush()
-        await stop.wait()
+    watchdog: asyncio.Task[None] | None = None
+    if parent_pid:
+        set_parent_death_signal(parent_pid)  # again: harmless if the trampoline did it
+        watchdog = asyncio.create_task(watch_parent(parent_pid, stop.set))
+    try:
+        async with SimServer(config, tasks_dir=tasks, fault_seed=fault_seed) as server:
+            sys.stdout.write(f"{READY_LINE}{server.url}\n")
+            sys.stdout.flush()
+            await stop.wait()
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -74,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         import uvloop
 
-        uvloop.run(_serve(config, args.tasks, config.seed + args.seed_offset))
+        uvloop.run(_serve(config, args.tasks, config.seed + args.seed_offset, args.parent_pid))
     except ImportError:
-        asyncio.run(_serve(config, args.tasks, config.seed + args.seed_offset))
+        asyncio.run(_serve(config, args.tasks, config.seed + args.seed_offset, args.parent_pid))
     return 0

@@ -149,7 +149,7 @@ class ModelRouter:
         return self._context_length
 
     async def __aenter__(self) -> ModelRouter:
-        transport = AiohttpTransport()
+        transport = AiohttpTransport(max_reply_bytes=self.config.max_reply_bytes)
         self._http = make_http_client(self.config, transport)
         self._servers = [
             _Server(SGLangClient(u, self.config, http=self._http, transport=transport,
@@ -197,6 +197,27 @@ class ModelRouter:
             if self._http is not None:
                 await self._http.aclose()
                 self._http = None
+
+    async def probe_servers(self, *, timeout_s: float | None = None) -> tuple[str, ...]:
+        """``/health`` of every server at once within one deadline (``llm.probe_timeout_s``);
+        marks each healthy or not and returns the URLs that did not answer 200 in time.
+
+        Run before any sandbox starts: a fleet that is down from the start is then one
+        clear error, not one infrastructure failure per episode."""
+        limit = self.config.probe_timeout_s if timeout_s is None else timeout_s
+        answered: set[str] = set()
+
+        async def check(server: _Server) -> None:
+            if await server.client.health(timeout_s=limit):
+                answered.add(server.url)
+
+        with anyio.move_on_after(limit):
+            async with anyio.create_task_group() as tg:
+                for server in self._servers:
+                    tg.start_soon(check, server)
+        for server in self._servers:
+            server.healthy = server.url in answered
+        return tuple(s.url for s in self._servers if s.url not in answered)
 
     async def _health_loop(self, server: _Server) -> None:
         while True:

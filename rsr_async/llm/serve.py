@@ -4,7 +4,8 @@ Builds one ``python -m sglang.launch_server`` command per server (model path, te
 parallel size, port, ``--enable-metrics --enable-cache-report``), optionally one
 ``sglang_router.launch_router`` in front, starts them, waits until every ``/health``
 answers, prints the URLs to pass as ``llm.urls``, and stops them cleanly (SIGTERM, then
-SIGKILL after a grace period) on Ctrl-C or SIGTERM. Needs the ``[sglang]`` extra and GPUs.
+SIGKILL after a grace period) on Ctrl-C or SIGTERM; if ``serve`` itself is killed, its
+children die with it (:mod:`rsr_async.llm.lifeline`). Needs the ``[sglang]`` extra and GPUs.
 ``--launcher`` replaces ``python -m sglang.launch_server`` (tests use the simulator).
 """
 
@@ -24,6 +25,7 @@ import httpx
 import msgspec
 
 from ..errors import LLMConnectionError
+from .lifeline import guarded_argv
 
 __all__ = ["ServeSpec", "build_commands", "configure", "main", "serve_fleet"]
 
@@ -97,7 +99,10 @@ async def serve_fleet(
                 first = i * spec.gpus_per_server
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(
                     str(g) for g in range(first, first + spec.gpus_per_server))
-            processes.append(await anyio.open_process(argv, env=env, stdout=None, stderr=None))
+            # Behind the lifeline trampoline: a SIGKILLed `serve` takes its servers with
+            # it (SGLang's own workers follow their launcher the same way).
+            processes.append(await anyio.open_process(
+                guarded_argv(argv), env=env, stdout=None, stderr=None))
         urls = server_urls(spec)
         async with anyio.create_task_group() as tg:
             for url, process in zip(urls, processes, strict=False):

@@ -5,7 +5,11 @@ loop (measured: 55 req/s at 512 in flight where aiohttp served 1,200). ``httpx-a
 fixes most of it; this transport goes further for our traffic (small JSON bodies): the
 reply body is read whole inside aiohttp and handed to httpx as bytes, so no per-chunk
 async iterator sits between the two, and one ``ClientTimeout`` is reused per timeout
-setting. A ``"total"`` key in the ``timeout`` extension (seconds) bounds the whole
+setting. Reply bodies are read in chunks up to ``max_reply_bytes``: a longer 200 reply is
+cut off (the connection dropped, which makes SGLang abort) and raised as
+:class:`ReplyTooLarge`, so one runaway reply cannot take the process's memory (a longer
+error reply is cut to its first ``max_reply_bytes`` and keeps its status). A ``"total"``
+key in the ``timeout`` extension (seconds) bounds the whole
 request, which lets a caller enforce a deadline without a cancel scope. Streaming replies (SSE) are supported when the request carries the
 ``"stream": True`` extension. ``bench/llm.py`` measures it against raw aiohttp.
 """
@@ -19,7 +23,44 @@ import aiohttp
 import httpx
 import yarl
 
-__all__ = ["AiohttpTransport"]
+__all__ = ["AiohttpTransport", "ReplyTooLarge"]
+
+
+class ReplyTooLarge(Exception):  # noqa: N818 - a signal to the client, not an error tree member
+    """A reply body passed the transport's cap. Deliberately no ``httpx`` or
+    :mod:`rsr_async.errors` type: the client turns it into an output-limit reply (the
+    model's failure), and nothing may retry it as a connection error."""
+
+    def __init__(self, url: str, limit: int, read: int) -> None:
+        self.url = url
+        self.limit = limit
+        self.read = read
+        super().__init__(f"{url}: reply passed llm.max_reply_bytes={limit} "
+                         f"(at least {read} bytes; the rest dropped)")
+
+
+async def _read_capped(response: aiohttp.ClientResponse, limit: int | None) -> bytes:
+    """The whole body, or :class:`ReplyTooLarge` once it passes ``limit`` bytes; never
+    holds more than ``limit`` plus one chunk."""
+    length = response.content_length
+    if limit is None or (length is not None and length <= limit):
+        return await response.read()  # the common case: one read, as before
+    url = str(response.url)
+    if length is not None and response.status == 200:
+        response.close()
+        raise ReplyTooLarge(url, limit, length)
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in response.content.iter_any():
+        total += len(chunk)
+        if total > limit:
+            response.close()
+            if response.status != 200:  # an error page: its status decides, its head is enough
+                chunks.append(chunk[: len(chunk) - (total - limit)])
+                return b"".join(chunks)
+            raise ReplyTooLarge(url, limit, total)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _map_error(exc: Exception, request: httpx.Request | None) -> httpx.TransportError:
@@ -36,13 +77,21 @@ def _map_error(exc: Exception, request: httpx.Request | None) -> httpx.Transport
 
 
 class _Stream(httpx.AsyncByteStream):
-    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, request: httpx.Request, limit: int | None
+    ) -> None:
         self._response = response
         self._request = request
+        self._limit = limit
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        total = 0
         try:
             async for chunk in self._response.content.iter_any():
+                total += len(chunk)
+                if self._limit is not None and total > self._limit:
+                    self._response.close()
+                    raise ReplyTooLarge(str(self._request.url), self._limit, total)
                 yield chunk
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _map_error(exc, self._request) from exc
@@ -58,10 +107,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     ``limit`` caps open connections (0: no cap; the router limits in-flight requests
     itself). ``keepalive_s`` should stay under the server's keep-alive (SGLang: 5 s) so
     an idle connection is never reused just as the server closes it.
+    ``max_reply_bytes`` caps every reply body, streamed or not (None: no cap).
     """
 
-    def __init__(self, *, limit: int = 0, keepalive_s: float = 4.0) -> None:
+    def __init__(
+        self, *, limit: int = 0, keepalive_s: float = 4.0, max_reply_bytes: int | None = None
+    ) -> None:
         self._limit = limit
+        self._max_reply_bytes = max_reply_bytes
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[Any, Any], aiohttp.ClientTimeout] = {}
@@ -105,10 +158,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             if request.extensions.get("stream"):
                 return httpx.Response(
                     response.status, headers=response.raw_headers,
-                    stream=_Stream(response, request), request=request,
+                    stream=_Stream(response, request, self._max_reply_bytes), request=request,
                 )
             try:
-                content = await response.read()
+                content = await _read_capped(response, self._max_reply_bytes)
             finally:
                 response.release()
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -126,8 +179,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         connect_s: float | None,
         read_s: float | None,
         total_s: float | None,
+        max_bytes: int | None = None,
     ) -> tuple[int, bytes]:
-        """POST ``body``; return (status, whole reply body). Errors as httpx exceptions.
+        """POST ``body``; return (status, whole reply body). Errors as httpx exceptions;
+        a body over ``max_bytes`` (default: the transport's cap) as :class:`ReplyTooLarge`.
 
         The model-call fast path: the same connection pool and error mapping as
         :meth:`handle_async_request`, without building ``httpx.Request`` and
@@ -146,7 +201,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             async with session.post(
                 url, data=body, headers=headers, allow_redirects=False, timeout=timeout
             ) as response:
-                return response.status, await response.read()
+                cap = self._max_reply_bytes if max_bytes is None else max_bytes
+                return response.status, await _read_capped(response, cap)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _map_error(exc, None) from exc
 

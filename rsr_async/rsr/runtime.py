@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -31,7 +32,7 @@ import msgspec
 
 from ..config import Config
 from ..engine import Engine, Job, JobRunner, ProgressSink, Store
-from ..errors import ConfigError, ConfigMismatchError, InfraError
+from ..errors import ConfigError, ConfigMismatchError, InfraError, LLMConnectionError
 from ..llm import ModelRouter, spawn_sim_servers
 from ..sandbox import SandboxPool, bootstrap_base_image
 from ..schema import EpisodeSpec, JobResult, Task
@@ -65,6 +66,9 @@ class EpisodeRuntime(msgspec.Struct, frozen=True, kw_only=True):
     """Live numbers for the engine's display: sandboxes alive, cached share."""
 
 
+_log = logging.getLogger(__name__)
+
+
 def run_id_for(run_dir: Path) -> str:
     """The label value of every container of a run: stable per run directory, so a rerun
     after a crash recognises (and sweeps) its predecessor's containers."""
@@ -84,9 +88,12 @@ async def episode_runtime(
 
     ``tasks_dir`` tells embedded simulators where the tasks' reference solutions are
     (the scripted stand-in types them). ``on_notice`` receives the line saying that the
-    scripted stand-in is in use.
+    scripted stand-in is in use, and the warning naming servers down at the start.
+
+    Every model server is probed (``/health``, ``llm.probe_timeout_s``) before the base
+    image or any sandbox: all down raises :class:`~rsr_async.errors.LLMConnectionError`
+    naming the URLs; some down warns and the run goes on with the others.
     """
-    await bootstrap_base_image(config.sandbox)  # idempotent: skips when the image exists
     scripted = not config.llm.urls
     async with AsyncExitStack() as stack:
         urls = list(config.llm.urls)
@@ -97,6 +104,24 @@ async def episode_runtime(
                 spawn_sim_servers(config.sim, count=sim_servers, tasks_dir=tasks_dir)
             )
         model = await stack.enter_async_context(ModelRouter(config.llm, urls=urls))
+        # The model side first, before any image or container: a fleet down from the
+        # start is one clear error here, not one infra failure per episode.
+        down = await model.probe_servers()
+        if len(down) == len(urls):
+            raise LLMConnectionError(
+                f"no model server answered /health within llm.probe_timeout_s="
+                f"{config.llm.probe_timeout_s} s: {', '.join(down)}; no sandbox was started. "
+                "Start the servers (python -m rsr_async serve) or fix --llm-url / llm.urls"
+            )
+        if down:
+            message = (
+                f"warning: {len(down)} of {len(urls)} model servers did not answer /health "
+                f"and get no calls until they do: {', '.join(down)}"
+            )
+            _log.warning(message)
+            if on_notice is not None:
+                on_notice(message)
+        await bootstrap_base_image(config.sandbox)  # idempotent: skips when the image exists
         pool = await stack.enter_async_context(
             SandboxPool(config.sandbox, run_id=run_id_for(run_dir), run_dir=run_dir)
         )

@@ -40,6 +40,7 @@ from aiohttp import web
 from ...config import SimConfig
 from ...errors import LLMConnectionError
 from ..base import ChatMessage
+from ..lifeline import guarded_argv
 from ..prompt import CHATML_END, parse_chatml, render_chatml
 from ..scripted import ScriptedModel, load_solutions
 from ..tokenizer import SimTokenizer
@@ -424,7 +425,10 @@ async def spawn_sim_servers(
 
     Each runs ``python -m rsr_async sim-server`` (its own process, so its own core),
     reports its port on stdout, and is checked with ``/health`` before this yields.
-    On exit every process is terminated (killed if it lingers).
+    On exit every process is terminated (killed if it lingers). Should this process die
+    without running that (SIGKILL), the simulators die with it: they start behind
+    :func:`~rsr_async.llm.lifeline.guarded_argv` (PDEATHSIG, no inherited descriptors)
+    and also exit when their parent pid changes.
     """
     sim_json = json.dumps(msgspec.to_builtins(msgspec.structs.replace(config, port=0)))
     env = dict(os.environ)
@@ -434,10 +438,11 @@ async def spawn_sim_servers(
     try:
         for i in range(count):
             argv = [sys.executable, "-m", "rsr_async", "sim-server", "--sim-json", sim_json,
-                    "--seed-offset", str(i)]
+                    "--seed-offset", str(i), "--parent-pid", str(os.getpid())]
             if tasks_dir is not None:
                 argv += ["--tasks", str(tasks_dir)]
-            processes.append(await anyio.open_process(argv, env=env, stderr=None))
+            # Spawned from the loop's thread (PDEATHSIG follows the forking thread).
+            processes.append(await anyio.open_process(guarded_argv(argv), env=env, stderr=None))
         try:
             with anyio.fail_after(start_timeout_s):
                 urls.extend([await _read_url(process) for process in processes])

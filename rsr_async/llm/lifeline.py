@@ -1,0 +1,106 @@
+"""Child processes that die with their parent and inherit no stray descriptors.
+
+Nothing the engine starts may outlive the process that started it, whatever signal ends
+that process (SIGKILL runs no ``finally``). Two measures, both applied in the child:
+
+1. ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux): the kernel kills the child when its
+   parent dies. It survives ``execve``, so a trampoline can set it and then exec the
+   real program (SGLang's launcher, the simulator). PDEATHSIG fires when the parent
+   *thread* that forked exits, not the process: spawn from the event loop's thread
+   (long-lived), never from a worker thread that a pool may retire. The parent may also
+   die between ``fork`` and ``prctl``; the trampoline checks ``os.getppid()`` right
+   after setting it and exits if the parent is already gone.
+2. Descriptors: uvloop's ``subprocess_exec`` (libuv) does not close inherited
+   descriptors (measured: an inheritable flock'd lock file stays open in the child, so
+   a dead run's lock outlives it). The trampoline closes every descriptor above 2 that
+   the caller did not name in ``keep_fds`` before it execs.
+
+:func:`guarded_argv` wraps an argv in the trampoline (this file, run as a script). Our own long-running children (the simulator) also poll
+``os.getppid()`` (:func:`watch_parent`) as a second line where PDEATHSIG is missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+__all__ = ["guarded_argv", "set_parent_death_signal", "watch_parent"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal(parent_pid: int, sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent dies.
+
+    Returns False where prctl is unavailable (not Linux). Exits at once (status 1) when
+    the parent is already gone (``os.getppid() != parent_pid``): the signal would never
+    come, as the process has been re-parented.
+    """
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    return armed
+
+
+def guarded_argv(argv: Sequence[str], *, keep_fds: Sequence[int] = ()) -> list[str]:
+    """``argv`` behind the trampoline: dies with this process, inherits only 0-2 and
+    ``keep_fds`` (which the caller must also pass to the spawn call)."""
+    keep = ",".join(str(fd) for fd in keep_fds)
+    # The file itself, in isolated mode: stdlib only, so it works whichever copy of the
+    # package the child's environment would import, and no module here shadows stdlib.
+    return [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()), keep, "--",
+            *argv]
+
+
+async def watch_parent(parent_pid: int, on_orphaned: Callable[[], None],
+                       *, interval_s: float = 0.5) -> None:
+    """Call ``on_orphaned`` (once) when this process's parent is no longer ``parent_pid``.
+
+    The belt to PDEATHSIG's braces: it holds where prctl does not (other kernels, a
+    parent thread that exited early, a setuid exec that cleared the signal)."""
+    import asyncio  # here, so the trampoline (this file run as a script) starts fast
+    while os.getppid() == parent_pid:  # noqa: ASYNC110 - polling the kernel; no event to wait on
+        await asyncio.sleep(interval_s)
+    on_orphaned()
+
+
+def _close_fds(keep: set[int]) -> None:
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        names = [str(fd) for fd in range(3, 4096)]
+    for name in names:
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, already closed
+
+
+def main(argv: Sequence[str]) -> None:
+    """``python -I lifeline.py PARENT_PID KEEP_FDS -- PROGRAM ARGS...``"""
+    if len(argv) < 4 or argv[2] != "--":
+        sys.stderr.write("usage: python -I lifeline.py PARENT_PID KEEP_FDS -- ARGV\n")
+        raise SystemExit(2)
+    set_parent_death_signal(int(argv[0]))
+    _close_fds({int(fd) for fd in argv[1].split(",") if fd})
+    program = list(argv[3:])
+    try:
+        os.execvp(program[0], program)
+    except OSError as exc:
+        sys.stderr.write(f"lifeline: cannot run {program[0]!r}: {exc}\n")
+        raise SystemExit(127) from exc
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -122,6 +122,7 @@ class EpisodeRunner:
             reward=verification.reward,
             rewards=dict(verification.rewards),
             verifier_output=verification.output,
+            verifier_logs=dict(verification.logs),
             trajectory=outcome.trajectory,
             usage=outcome.usage,
             error=outcome.error,

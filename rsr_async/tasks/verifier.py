@@ -71,6 +71,8 @@ _CONTROL_TIME_S = 120.0
 because a heavily loaded Docker host can take tens of seconds for an ``rm``."""
 _SLACK_S = 30.0
 """Extra wall clock over the in-container limit before we give up on the exec itself."""
+_CLEAR_TRIES = 3
+"""Fresh execs tried for the clean-up before the agent's processes are killed."""
 
 
 class Verification(msgspec.Struct, kw_only=True):
@@ -321,7 +323,16 @@ async def clear_for_tests(sandbox: Sandbox) -> int:
     write into the freshly emptied directory.
     """
     clear = f"rm -rf {TESTS_DIR} {REWARD_DIR} && mkdir -p {REWARD_DIR} || exit 4\n"
-    return _stopped_count(sandbox, await _control(sandbox, _STOP_SCRIPT + clear + _STOP_REPORT))
+    # Each try is a fresh exec with its own time limit, whatever became of the agent's
+    # shell. A sandbox full of the agent's processes (a fork bomb at the pids limit) can
+    # refuse one exec; a later one gets a pid as the bomb's processes come and go.
+    script = _STOP_SCRIPT + clear + _STOP_REPORT
+    for attempt in range(1, _CLEAR_TRIES):
+        try:
+            return _stopped_count(sandbox, await _control(sandbox, script))
+        except SandboxError:
+            await anyio.sleep(0.5 * attempt)
+    return _stopped_count(sandbox, await _control(sandbox, script))
 
 
 async def _upload_tests(sandbox: Sandbox, task: Task) -> str:

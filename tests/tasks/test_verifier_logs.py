@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
+from rsr_async.errors import SandboxError
 from rsr_async.sandbox import SandboxPool
 from rsr_async.schema import EpisodeResult, JobKey
 from rsr_async.tasks import try_verify, verify
@@ -80,3 +82,30 @@ def test_episode_results_keep_logs_in_the_heavy_part_and_old_ones_decode() -> No
     assert isinstance(light, EpisodeResult) and light.verifier_logs == {}
     again = msgspec.json.decode(msgspec.json.encode(result), type=EpisodeResult)
     assert again.verifier_logs == {"ctrf.json": "{}"}
+
+
+class _RefusesFirstExec:
+    """A real sandbox whose first exec is refused, as a sandbox full of the agent's
+    processes (a fork bomb at the pids limit) refuses one."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def run(self, command: str, **kwargs: Any) -> Any:
+        if not self.refused:
+            self.refused += 1
+            raise SandboxError("OCI runtime exec failed: resource temporarily unavailable")
+        return await self._inner.run(command, **kwargs)
+
+
+@pytest.mark.docker
+async def test_the_clean_up_tries_a_fresh_exec_when_one_is_refused(pool: SandboxPool, tmp_path: Path) -> None:
+    task = harbor_task(tmp_path, "echo 1 > /logs/verifier/reward.txt\n")
+    async with pool.sandbox(task, key="clean-up-retry") as sandbox:
+        flaky = _RefusesFirstExec(sandbox)
+        verdict = await verify(flaky, task)  # type: ignore[arg-type]
+    assert flaky.refused == 1 and verdict.reward == 1.0

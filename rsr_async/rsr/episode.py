@@ -28,6 +28,7 @@ from ..config import HarnessConfig
 from ..engine import Job, JobContext
 from ..errors import HarnessError, SandboxError
 from ..harness import EpisodeOutcome, HarnessDeps, get_harness
+from ..harness.base import DEFAULT_MODEL_CALL_BUDGET_S, AgentClock
 from ..harness.rsrt import DEFAULT_WALL_CLOCK_S
 from ..llm.base import ChatModel
 from ..sandbox import SandboxPool
@@ -82,6 +83,11 @@ class EpisodeRunner:
     An episode succeeds when the verifier gives full marks; partial credit is kept
     whole in ``rewards`` for the process-reward analysis. ``scripted`` says whether
     ``model`` is the scripted stand-in; every result records it with the model's name.
+
+    The agent's wall clock (and the backstop over it) does not run while a model call
+    takes longer than ``model_call_budget_s``: a stalled server is infrastructure (the
+    client's total timeout ends the call with an error the engine retries), never the
+    agent running out of time.
     """
 
     def __init__(
@@ -93,12 +99,14 @@ class EpisodeRunner:
         scripted: bool,
         max_concurrent_verifiers: int = 8,
         rsrt_wall_clock_s: float = DEFAULT_WALL_CLOCK_S,
+        model_call_budget_s: float = DEFAULT_MODEL_CALL_BUDGET_S,
     ) -> None:
         self._pool = pool
         self._model = model
         self._scripted = scripted
         self._harness_config = harness
         self._verifiers = anyio.CapacityLimiter(max_concurrent_verifiers)
+        self._model_call_budget_s = model_call_budget_s
         self._deps = HarnessDeps(
             grader=SnapshotGrader(pool, self._verifiers), rsrt_wall_clock_s=rsrt_wall_clock_s
         )
@@ -131,11 +139,14 @@ class EpisodeRunner:
             outcome: EpisodeOutcome | None = None
             verification: Verification | None = None
             killed: str | None = None  # why the agent's container is gone, when it killed it
+            clock = AgentClock(self._model_call_budget_s)
             try:
                 # The harness enforces the agent's clock itself (and says so in its outcome);
                 # this scope is only a backstop for a harness that overran its own clock.
-                with anyio.move_on_after(agent_time + _BACKSTOP_S):
-                    outcome = await harness.run(spec, sandbox, self._model, checkpoint=checkpoint)
+                with clock.deadline(agent_time + _BACKSTOP_S):
+                    outcome = await harness.run(
+                        spec, sandbox, self._model, checkpoint=checkpoint, clock=clock
+                    )
             except SandboxError:
                 if (killed := await _stopped_by_agent(sandbox)) is None:
                     raise

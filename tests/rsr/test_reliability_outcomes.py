@@ -13,7 +13,7 @@ from rsr_async.engine import Engine, Job, JobContext
 from rsr_async.errors import ContainerError
 from rsr_async.harness.fakes import ReplayModel
 from rsr_async.rsr.episode import EpisodeRunner
-from rsr_async.rsr.summary import render_summary, summarise
+from rsr_async.rsr.summary import render_summary, summarise, write_summary
 from rsr_async.sandbox import SandboxPool
 from rsr_async.schema import EpisodeResult, EpisodeSpec, JobKey, Task
 
@@ -41,6 +41,8 @@ async def test_summary_says_why_nothing_finished(tmp_path: Path) -> None:
     cells = [str(c) for column in table.columns for c in column._cells]  # type: ignore[attr-defined]
     assert summary.nothing_finished in cells
     assert not any("over 0 tasks" in c for c in cells)
+    written = json.loads(write_summary(summary, tmp_path).read_text())
+    assert written["nothing_finished"] == summary.nothing_finished
 
 
 # -- what the model did to its own sandbox is the model's outcome ------------------------
@@ -109,3 +111,20 @@ async def test_a_fork_bomb_is_cleaned_up_and_what_is_left_is_graded(tmp_path: Pa
     ], pids_limit=PIDS)
     assert tries == 1, (result.status, result.end_reason, result.error, result.verifier_output[-300:])
     assert result.status == "succeeded", (result.end_reason, result.error, result.verifier_output[-500:])
+
+
+async def _graded(job: Job, ctx: JobContext) -> EpisodeResult:
+    return EpisodeResult(key=job.spec.key, status="failed", end_reason="completed", reward=0.0)
+
+
+async def test_a_run_with_graded_episodes_keeps_its_pass_at_figures(tmp_path: Path) -> None:
+    task = Task(name="t", path=str(tmp_path), instruction="-")
+    job = Job.episode(EpisodeSpec(key=JobKey(stage="discover", task="t", harness="terminus2"), task=task))
+    config = Config(run=RunConfig(concurrency=1), engine=EngineConfig(progress="none", store_batch_ms=10.0))
+    async with Engine(config, runner=_graded, run_dir=tmp_path / "run") as engine:
+        [_ for _ in [r async for r in engine.run([job], stage="discover")]]
+        summary = summarise(engine.store, stage="discover", model="m", scripted_model=False, tasks=["t"],
+                            attempts=1, wall_s=1.0, episodes_this_run=1, peak_sandboxes=0)
+    assert summary.nothing_finished is None and summary.pass_at_k_tasks == 1
+    cells = [str(c) for column in render_summary(summary).columns for c in column._cells]  # type: ignore[attr-defined]
+    assert "0.000 over 1 tasks" in cells

@@ -285,6 +285,10 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     """The verifier's main reward (``reward`` key, else the mean of all keys)."""
     rewards: dict[str, float] = msgspec.field(default_factory=dict)
     verifier_output: str = ""
+    verifier_logs: dict[str, str] = msgspec.field(default_factory=dict)
+    """What Harbor keeps of ``/logs/verifier`` (``ctrf.json``, ``test.log``, the reward,
+    the script's output as ``test-stdout.txt``): relative path → text, each file capped
+    at 64,000 characters and all at 256,000, cut with a marker. Empty in older stores."""
     trajectory: Trajectory | None = None
     turns: int = 0
     style: EpisodeStyle = EpisodeStyle()
@@ -300,7 +304,7 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
             "turns": sum(1 for m in partial.messages if m.origin == "model"),
         }
 
-    heavy: ClassVar[tuple[str, ...]] = ("trajectory", "verifier_output")
+    heavy: ClassVar[tuple[str, ...]] = ("trajectory", "verifier_output", "verifier_logs")
 
     def columns(self) -> tuple[float | None, int | None]:
         return self.reward, self.turns

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
+import anyio
 import msgspec
 
 from ..schema import EndReason, Trajectory, Usage
@@ -15,7 +19,71 @@ if TYPE_CHECKING:  # the llm and sandbox packages pull in HTTP and Docker client
     from ..sandbox.base import Sandbox
     from ..schema import EpisodeSpec, Task
 
-__all__ = ["Checkpoint", "EpisodeOutcome", "Grader", "Harness"]
+__all__ = ["DEFAULT_MODEL_CALL_BUDGET_S", "AgentClock", "Checkpoint", "EpisodeOutcome", "Grader", "Harness"]
+
+DEFAULT_MODEL_CALL_BUDGET_S = 120.0
+"""How long one model call may take on the agent's clock; beyond it the server stalls."""
+
+
+class _Deadline:
+    """A ``move_on_after`` scope registered with an :class:`AgentClock` while it is open."""
+
+    def __init__(self, clock: AgentClock, seconds: float) -> None:
+        self._clock = clock
+        self._scope = anyio.move_on_after(seconds)
+
+    def __enter__(self) -> anyio.CancelScope:
+        scope = self._scope.__enter__()
+        self._clock._scopes.append(scope)
+        return scope
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        self._clock._scopes.remove(self._scope)
+        return bool(self._scope.__exit__(kind, exc, tb))
+
+
+class AgentClock:
+    """The agent's wall clock, which a stalled model server does not run down.
+
+    Every deadline opened with :meth:`deadline` (the harness's own clock, the runner's
+    backstop) stops while a model call (:meth:`model_call`) runs past ``call_budget_s``:
+    time blocked on the model server beyond that budget is the server's, not the agent's.
+    A server that never answers is then the model client's to give up on: its total
+    timeout raises :class:`~rsr_async.errors.LLMTimeoutError`, an infrastructure error
+    the engine retries, instead of an agent ``timeout`` counted in pass@k.
+
+    A call that starts with no more than ``call_budget_s`` left on a deadline is charged
+    in full (until the call has taken the budget, it is the agent's time).
+    """
+
+    def __init__(self, call_budget_s: float = DEFAULT_MODEL_CALL_BUDGET_S) -> None:
+        self.call_budget_s = call_budget_s
+        self.excused_s = 0.0
+        """Seconds of model calls past the budget, not charged to the agent so far."""
+        self._scopes: list[anyio.CancelScope] = []
+
+    def deadline(self, seconds: float) -> _Deadline:
+        """Like ``anyio.move_on_after(seconds)``, paused during model calls past the budget."""
+        return _Deadline(self, seconds)
+
+    @contextmanager
+    def model_call(self) -> Iterator[None]:
+        """Wrap one model call: its time past the budget moves every deadline on."""
+        started = anyio.current_time()
+        held = [(scope, scope.deadline) for scope in self._scopes
+                if scope.deadline - started > self.call_budget_s]
+        for scope, _ in held:
+            scope.deadline = math.inf  # the budget's end is re-applied below, by the excess
+        try:
+            yield
+        finally:
+            excess = max(0.0, anyio.current_time() - started - self.call_budget_s)
+            if held:
+                self.excused_s += excess
+            for scope, deadline in held:
+                scope.deadline = deadline + excess
 
 Checkpoint = Callable[[Trajectory], None]
 """Called after every turn with the live trajectory (updated in place: encode or copy it
@@ -67,4 +135,8 @@ class Harness(Protocol):
         model: ChatModel,
         *,
         checkpoint: Checkpoint | None = None,
-    ) -> EpisodeOutcome: ...
+        clock: AgentClock | None = None,
+    ) -> EpisodeOutcome:
+        """``clock`` times the agent (the runner passes the one its backstop uses);
+        None: a fresh :class:`AgentClock` with the default per-call budget."""
+        ...

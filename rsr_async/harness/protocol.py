@@ -136,8 +136,8 @@ def _try_parse(text: str, default_duration: float) -> Reply:
     if not content:
         return Reply(error="No valid JSON found in response", warnings=tuple(warnings))
     try:
-        data: Any = json.loads(content)
-    except json.JSONDecodeError as exc:
+        data: Any = _loads(content)
+    except (json.JSONDecodeError, _TooDeepError) as exc:
         # The model needs to see what we read to fix its escaping.
         error = f"Invalid JSON: {exc}"
         if len(content) < 200:
@@ -168,6 +168,23 @@ def _try_parse(text: str, default_duration: float) -> Reply:
         task_complete=complete,
         warnings=tuple(warnings),
     )
+
+
+class _TooDeepError(ValueError):
+    """JSON nested deeper than Python's decoder can recurse."""
+
+
+def _loads(content: str) -> Any:
+    """``json.loads``, with nesting too deep for the decoder as a JSON error.
+
+    Harbor's parser lets the decoder's RecursionError escape and end the trial; a reply
+    nested 100,000 deep is the model's malformed reply, not a crash of the harness, so it
+    is refused and reported to the model like any other invalid JSON.
+    """
+    try:
+        return json.loads(content)
+    except RecursionError:
+        raise _TooDeepError("nested too deeply to parse (maximum nesting depth exceeded)") from None
 
 
 def _extract_object(text: str, warnings: list[str]) -> str:
@@ -289,8 +306,8 @@ _OBJECT = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}", re.DOTALL)
 def _first_json_object(text: str) -> str | None:
     for match in _OBJECT.findall(text):
         try:
-            json.loads(match)
-        except json.JSONDecodeError:
+            _loads(match)
+        except (json.JSONDecodeError, _TooDeepError):
             continue
         return str(match)
     return None

@@ -39,7 +39,7 @@ import anyio
 from ..errors import ContextLengthError, LLMServerError, ShellClosedError
 from ..schema import Command, EndReason, Message, Origin, Role, Trajectory
 from . import protocol
-from .base import EpisodeOutcome
+from .base import AgentClock, EpisodeOutcome
 from .protocol import Reply, render
 
 if TYPE_CHECKING:  # the llm and sandbox packages pull in HTTP and Docker clients
@@ -96,28 +96,40 @@ class Terminus2:
         model: ChatModel,
         *,
         checkpoint: Checkpoint | None = None,
+        clock: AgentClock | None = None,
     ) -> EpisodeOutcome:
         """Run one episode until completion, the turn cap, the deadline or an error.
 
         Does not run the verifier: the runner does, once the agent can no longer act.
         Infrastructure errors (model server, Docker) propagate for the engine to retry;
-        ``checkpoint`` has the partial trajectory by then.
+        ``checkpoint`` has the partial trajectory by then. The deadline runs on ``clock``
+        (:class:`~rsr_async.harness.base.AgentClock`): a model call's time past the
+        clock's per-call budget is not the agent's.
         """
         trajectory = Trajectory(task=spec.task.name, harness=self.name, model=model.model_name)
         deadline = self.deadline_for(spec)
+        clock = clock or AgentClock()
         episode: TerminusSession | None = None
         reason: EndReason = "timeout"
-        error: str | None = f"the episode's wall clock ({deadline:g} s) ran out"
-        with anyio.move_on_after(deadline):
+        error: str | None = None
+        with clock.deadline(deadline):
             shell = await sandbox.shell()
             try:
                 episode = self.make_session(spec, sandbox, model, shell, trajectory, checkpoint)
+                episode.clock = clock
                 await self._loop(episode)
             except EpisodeEnd as end:
                 reason, error = end.reason, end.error
             finally:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(SHELL_CLOSE_TIMEOUT_S):
                     await shell.close()
+        if reason == "timeout" and error is None:
+            error = f"the episode's wall clock ({deadline:g} s) ran out"
+            if clock.excused_s:
+                error += (
+                    f" ({clock.excused_s:.1f} s of model calls past the {clock.call_budget_s:g} s "
+                    "per-call budget not counted)"
+                )
         return EpisodeOutcome(
             trajectory=trajectory,
             end_reason=reason,
@@ -205,6 +217,9 @@ class TerminusSession:
         self.context_tokens = 0
         """Prompt + completion tokens of the last call in the current context."""
         self._started = time.monotonic()
+        self.clock = AgentClock()
+        """The agent's clock (the harness sets the one its deadline runs on): model calls
+        run inside :meth:`AgentClock.model_call`."""
 
     # ------------------------------------------------------------ hooks (the seam)
 
@@ -306,12 +321,13 @@ class TerminusSession:
         at = self.now()
         sent = content + "".join(f"\n\n{note}" for note in notes)
         user: ChatMessage = {"role": "user", "content": sent}
-        completion = await self.model.chat(
-            [*context, user],
-            affinity=self.affinity,
-            temperature=self.spec.temperature,
-            seed=self.spec.seed,
-        )
+        with self.clock.model_call():  # a stalled server's time is not the agent's
+            completion = await self.model.chat(
+                [*context, user],
+                affinity=self.affinity,
+                temperature=self.spec.temperature,
+                seed=self.spec.seed,
+            )
         if completion.finish_reason == "abort":
             raise LLMServerError(f"{self.model.model_name}: the server aborted the request")
         context.extend((user, {"role": "assistant", "content": completion.text}))

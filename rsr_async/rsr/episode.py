@@ -8,6 +8,12 @@ container while the agent can still act), and the container is removed.
 Infrastructure failures (Docker, image builds, model servers, a verifier that produced
 no reward) propagate as :class:`~rsr_async.errors.InfraError`, so the engine stores them
 as ``infra_error`` and retries them within budget; they never count as the model failing.
+
+What the model did to its own sandbox is the model's outcome, though: a container that
+stopped while the daemon still answers (the agent typed ``kill -9 -1``, which takes the
+container's main process with it) is graded ``failed`` with end reason ``error`` and
+says so, instead of being retried as infrastructure. An OOM kill stays infrastructure
+(the task's memory limit is the one to raise).
 """
 
 from __future__ import annotations
@@ -15,18 +21,20 @@ from __future__ import annotations
 import time
 
 import anyio
+import msgspec
 
 from ..analysis.style import episode_style
 from ..config import HarnessConfig
 from ..engine import Job, JobContext
-from ..errors import HarnessError
+from ..errors import HarnessError, SandboxError
 from ..harness import EpisodeOutcome, HarnessDeps, get_harness
+from ..harness.base import DEFAULT_MODEL_CALL_BUDGET_S, AgentClock
 from ..harness.rsrt import DEFAULT_WALL_CLOCK_S
 from ..llm.base import ChatModel
 from ..sandbox import SandboxPool
 from ..sandbox.base import Sandbox
 from ..sandbox.container import DockerSandbox
-from ..schema import EpisodeResult, EpisodeSpec, Task, Trajectory
+from ..schema import EndReason, EpisodeResult, EpisodeSpec, Task, Trajectory
 from ..tasks import verify
 from ..tasks.verifier import Verification
 
@@ -50,12 +58,36 @@ class SnapshotGrader:
 _BACKSTOP_S = 30.0
 
 
+async def _stopped_by_agent(sandbox: Sandbox) -> str | None:
+    """Why the episode's container is gone, when the agent stopped it; None when it still
+    runs, was OOM-killed, or Docker cannot tell (then the error at hand is infrastructure)."""
+    if not isinstance(sandbox, DockerSandbox):
+        return None
+    try:
+        with anyio.fail_after(_BACKSTOP_S):
+            state = await sandbox.state()
+    except (SandboxError, TimeoutError):
+        return None
+    if state.running or state.oom_killed:
+        return None
+    return (
+        f"the sandbox's container stopped during the episode ({state.status}, exit code "
+        f"{state.exit_code}): the agent killed the container's main process (e.g. with "
+        "`kill -9 -1`), so nothing was left to grade"
+    )
+
+
 class EpisodeRunner:
     """Runs an :class:`EpisodeSpec` job: the engine's ``runner`` for episode stages.
 
     An episode succeeds when the verifier gives full marks; partial credit is kept
     whole in ``rewards`` for the process-reward analysis. ``scripted`` says whether
     ``model`` is the scripted stand-in; every result records it with the model's name.
+
+    The agent's wall clock (and the backstop over it) does not run while a model call
+    takes longer than ``model_call_budget_s``: a stalled server is infrastructure (the
+    client's total timeout ends the call with an error the engine retries), never the
+    agent running out of time.
     """
 
     def __init__(
@@ -67,12 +99,14 @@ class EpisodeRunner:
         scripted: bool,
         max_concurrent_verifiers: int = 8,
         rsrt_wall_clock_s: float = DEFAULT_WALL_CLOCK_S,
+        model_call_budget_s: float = DEFAULT_MODEL_CALL_BUDGET_S,
     ) -> None:
         self._pool = pool
         self._model = model
         self._scripted = scripted
         self._harness_config = harness
         self._verifiers = anyio.CapacityLimiter(max_concurrent_verifiers)
+        self._model_call_budget_s = model_call_budget_s
         self._deps = HarnessDeps(
             grader=SnapshotGrader(pool, self._verifiers), rsrt_wall_clock_s=rsrt_wall_clock_s
         )
@@ -97,24 +131,43 @@ class EpisodeRunner:
             last = trajectory
             ctx.checkpoint(trajectory)
 
+        def ended(reason: EndReason, error: str | None) -> EpisodeOutcome:
+            turns = sum(1 for m in last.messages if m.origin == "model")
+            return EpisodeOutcome(trajectory=last, end_reason=reason, turns=turns, usage=last.usage(), error=error)
+
         async with self._pool.sandbox(spec.task, key=str(spec.key)) as sandbox:
             outcome: EpisodeOutcome | None = None
-            # The harness enforces the agent's clock itself (and says so in its outcome);
-            # this scope is only a backstop for a harness that overran its own clock.
-            with anyio.move_on_after(agent_time + _BACKSTOP_S):
-                outcome = await harness.run(spec, sandbox, self._model, checkpoint=checkpoint)
+            verification: Verification | None = None
+            killed: str | None = None  # why the agent's container is gone, when it killed it
+            clock = AgentClock(self._model_call_budget_s)
+            try:
+                # The harness enforces the agent's clock itself (and says so in its outcome);
+                # this scope is only a backstop for a harness that overran its own clock.
+                with clock.deadline(agent_time + _BACKSTOP_S):
+                    outcome = await harness.run(
+                        spec, sandbox, self._model, checkpoint=checkpoint, clock=clock
+                    )
+            except SandboxError:
+                if (killed := await _stopped_by_agent(sandbox)) is None:
+                    raise
+                outcome = ended("error", killed)
             if outcome is None:  # the agent's wall clock ran out: grade what it left behind
-                outcome = EpisodeOutcome(
-                    trajectory=last,
-                    end_reason="timeout",
-                    turns=sum(1 for m in last.messages if m.origin == "model"),
-                    usage=last.usage(),
-                    error=None,
-                )
+                outcome = ended("timeout", None)
+            elif outcome.end_reason == "error" and killed is None:  # e.g. "the shell exited"
+                if (killed := await _stopped_by_agent(sandbox)) is not None:
+                    outcome = msgspec.structs.replace(outcome, error=killed)
             verification = outcome.verification  # RSRT: its last hidden run is the verdict
-            if verification is None:
-                async with self._verifiers:  # the verifier's timeout then counts its own run only
-                    verification = await verify(sandbox, spec.task)
+            if verification is None and killed is None:
+                try:
+                    async with self._verifiers:  # the verifier's timeout counts its own run only
+                        verification = await verify(sandbox, spec.task)
+                except SandboxError:
+                    # A container the agent left to die mid-clean-up (a delayed `kill -9 -1`)
+                    if (killed := await _stopped_by_agent(sandbox)) is None:
+                        raise
+                    outcome = msgspec.structs.replace(outcome, end_reason="error", error=killed)
+        if verification is None:
+            verification = Verification(reward=None, error=killed)
         return EpisodeResult(
             key=spec.key,
             status="succeeded" if verification.passed else "failed",
@@ -122,6 +175,7 @@ class EpisodeRunner:
             reward=verification.reward,
             rewards=dict(verification.rewards),
             verifier_output=verification.output,
+            verifier_logs=dict(verification.logs),
             trajectory=outcome.trajectory,
             usage=outcome.usage,
             error=outcome.error,

@@ -76,6 +76,10 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     union_solved: list[str] = msgspec.field(default_factory=list)
     """Tasks solved by at least one harness (the union the paper's discovery gains use)."""
     """Graded episodes whose results say the scripted stand-in produced them."""
+    nothing_finished: str | None = None
+    """Set when no episode of the stage was graded (none succeeded or failed): why, e.g.
+    ``no episode finished: 36 infra errors (first: ...)``. The pass@ figures are then
+    meaningless (they average over no task) and readers should show this instead."""
     pipeline: dict[str, Any] | None = None
     """The rewrite pipeline's figures (:func:`~rsr_async.rsr.figures.pipeline_figures`)
     when ``run`` ran stages after discover."""
@@ -131,7 +135,9 @@ def summarise(
             pass_at_k=mean_pass_at_k(own_pairs, k),
             pass_at_k_tasks=len(own_pairs),
         )
+    graded = counts["succeeded"] + counts["failed"]
     return RunSummary(
+        nothing_finished=None if graded else _why_nothing_finished(store, stage, counts),
         stage=stage,
         model=model,
         scripted_model=scripted_model,
@@ -163,6 +169,30 @@ def summarise(
     )
 
 
+_ERROR_CHARS = 300
+"""How much of the first error's message the summary quotes."""
+
+
+def _why_nothing_finished(store: Store, stage: str, counts: dict[str, int]) -> str:
+    """``no episode finished: 36 infra errors (first: ...), 2 cancelled``."""
+    parts: list[str] = []
+    for status, name in (("infra_error", "infra error"), ("cancelled", "cancelled"),
+                         ("pending", "pending"), ("running", "running")):
+        n = counts.get(status, 0)
+        if not n:
+            continue
+        text = f"{n} {name}{'s' if n > 1 and status == 'infra_error' else ''}"
+        if status in ("infra_error", "cancelled"):
+            first = next((row.error for row in store.rows(stage=stage, status=status) if row.error), None)
+            if first:
+                one_line = " ".join(first.split())
+                if len(one_line) > _ERROR_CHARS:
+                    one_line = one_line[:_ERROR_CHARS] + "…"
+                text += f" (first: {one_line})"
+        parts.append(text)
+    return "no episode finished: " + (", ".join(parts) if parts else "no episode was run")
+
+
 def write_summary(summary: RunSummary, run_dir: Path) -> Path:
     path = run_dir / "summary.json"
     tmp = path.with_suffix(".json.tmp")
@@ -181,8 +211,14 @@ def render_summary(summary: RunSummary) -> object:
         ("attempts per task", f"{summary.attempts}"),
         ("episodes", f"{summary.episodes} ({summary.succeeded} succeeded, {summary.failed} failed)"),
         ("solved tasks", f"{summary.solved_tasks} / {summary.tasks}"),
-        ("pass@1", f"{summary.pass_at_1:.3f} over {summary.pass_at_k_tasks} tasks"),
-        *([(f"pass@{summary.k}", f"{summary.pass_at_k:.3f}")] if summary.k > 1 else []),
+        *(
+            [("pass@1", summary.nothing_finished)]
+            if summary.nothing_finished
+            else [
+                ("pass@1", f"{summary.pass_at_1:.3f} over {summary.pass_at_k_tasks} tasks"),
+                *([(f"pass@{summary.k}", f"{summary.pass_at_k:.3f}")] if summary.k > 1 else []),
+            ]
+        ),
         ("tokens (prompt / completion)", f"{summary.prompt_tokens:,} / {summary.completion_tokens:,}"),
         ("cached share of prompt tokens", f"{summary.cached_share:.1%}"),
         ("episodes/min (this run)", f"{summary.episodes_per_min:.1f}"),

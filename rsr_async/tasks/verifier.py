@@ -10,6 +10,11 @@ Before the tests run, every process the agent left in the sandbox is killed and
 ``/logs/verifier`` is emptied: only the tests write the reward (a background loop that
 keeps writing ``1`` to ``reward.txt`` does not turn a failure into a pass).
 
+What Harbor keeps of a verification is kept too (:attr:`Verification.logs`): the files
+the tests wrote under ``/logs/verifier`` (``ctrf.json``, ``test.log``, the reward) and
+the script's output as ``test-stdout.txt``, each capped, read before the directory is
+removed.
+
 A missing, empty or unparseable reward is a :class:`VerificationError` (an
 :class:`~rsr_async.errors.VerifierError`, i.e. infrastructure, never a zero). The tests
 and reward files are removed again afterwards, so an agent that keeps acting in the same
@@ -38,6 +43,7 @@ __all__ = [
     "TESTS_DIR",
     "Verification",
     "VerificationError",
+    "cap_logs",
     "clear_for_tests",
     "main_reward",
     "parse_pytest_summary",
@@ -52,11 +58,21 @@ TESTS_DIR = "/tests"
 REWARD_DIR = "/logs/verifier"
 MAX_OUTPUT_CHARS = 200_000
 """Verifier output kept with a result: head and tail beyond this."""
+MAX_LOG_FILE_CHARS = 64_000
+"""Each file of :attr:`Verification.logs`: head and tail beyond this, with a marker."""
+MAX_LOGS_CHARS = 256_000
+"""All of :attr:`Verification.logs` together: files past it keep only a marker."""
+MAX_LOG_FILES = 32
+"""Files of ``/logs/verifier`` kept (in name order); the rest are named in a marker."""
+STDOUT_LOG = "test-stdout.txt"
+"""The name Harbor gives the test script's output among the verifier's logs."""
 _CONTROL_TIME_S = 120.0
 """Limit for the small bookkeeping commands (clean-up, reading the reward); generous
 because a heavily loaded Docker host can take tens of seconds for an ``rm``."""
 _SLACK_S = 30.0
 """Extra wall clock over the in-container limit before we give up on the exec itself."""
+_CLEAR_TRIES = 3
+"""Fresh execs tried for the clean-up before the agent's processes are killed."""
 
 
 class Verification(msgspec.Struct, kw_only=True):
@@ -70,6 +86,10 @@ class Verification(msgspec.Struct, kw_only=True):
     """What the test script printed (head/tail-truncated past 200,000 characters)."""
     error: str | None = None
     """Why no reward could be read (only from :func:`try_verify`)."""
+    logs: dict[str, str] = msgspec.field(default_factory=dict)
+    """What Harbor keeps of ``/logs/verifier``: relative path → text (``ctrf.json``,
+    ``test.log``, the reward, and the script's output as ``test-stdout.txt``), each cut
+    to :data:`MAX_LOG_FILE_CHARS` and all to :data:`MAX_LOGS_CHARS`, with markers."""
     exit_code: int | None = None
     duration_s: float = 0.0
 
@@ -82,10 +102,19 @@ class Verification(msgspec.Struct, kw_only=True):
 class VerificationError(VerifierError):
     """The tests ran (or tried to) but left no usable reward; keeps their output."""
 
-    def __init__(self, message: str, *, task: str, output: str = "", exit_code: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        task: str,
+        output: str = "",
+        exit_code: int | None = None,
+        logs: dict[str, str] | None = None,
+    ):
         self.task = task
         self.output = output
         self.exit_code = exit_code
+        self.logs = logs or {}
         super().__init__(f"task {task!r}: {message}")
 
 
@@ -294,7 +323,16 @@ async def clear_for_tests(sandbox: Sandbox) -> int:
     write into the freshly emptied directory.
     """
     clear = f"rm -rf {TESTS_DIR} {REWARD_DIR} && mkdir -p {REWARD_DIR} || exit 4\n"
-    return _stopped_count(sandbox, await _control(sandbox, _STOP_SCRIPT + clear + _STOP_REPORT))
+    # Each try is a fresh exec with its own time limit, whatever became of the agent's
+    # shell. A sandbox full of the agent's processes (a fork bomb at the pids limit) can
+    # refuse one exec; a later one gets a pid as the bomb's processes come and go.
+    script = _STOP_SCRIPT + clear + _STOP_REPORT
+    for attempt in range(1, _CLEAR_TRIES):
+        try:
+            return _stopped_count(sandbox, await _control(sandbox, script))
+        except SandboxError:
+            await anyio.sleep(0.5 * attempt)
+    return _stopped_count(sandbox, await _control(sandbox, script))
 
 
 async def _upload_tests(sandbox: Sandbox, task: Task) -> str:
@@ -318,6 +356,77 @@ async def _read_reward(sandbox: Sandbox) -> tuple[str, str]:
     )
     head, _, body = out.partition(marker)
     return head.strip().rsplit("\n", 1)[-1], body.removeprefix("\r\n").removeprefix("\n")
+
+
+_LOG_LIST = r"""
+cd {dir} 2>/dev/null || exit 0
+n=0
+while IFS= read -r -d '' f; do
+  n=$((n + 1))
+  if [ $n -gt {files} ]; then echo "{marker}more ${{f#./}}"; continue; fi
+  size=$(stat -c %s "$f" 2>/dev/null || echo 0)
+  echo "{marker}file $size ${{f#./}}"
+  head -c {head} "$f" 2>/dev/null
+  if [ "$size" -gt {keep} ]; then echo "{marker}cut"; tail -c {head} "$f" 2>/dev/null; fi
+  echo
+  echo "{marker}end"
+done < <(find . -maxdepth 3 -type f -print0 2>/dev/null | sort -z)
+"""
+
+
+def cap_logs(files: dict[str, str]) -> dict[str, str]:
+    """Apply :data:`MAX_LOG_FILE_CHARS` to each file and :data:`MAX_LOGS_CHARS` to all
+    (in order): a file past the total keeps only a marker saying so (and once not even
+    markers fit, the remaining files are left out)."""
+    out: dict[str, str] = {}
+    total = 0
+    for name, text in files.items():
+        kept = _truncate(text, MAX_LOG_FILE_CHARS - 100)  # room for the marker
+        if total + len(kept) > MAX_LOGS_CHARS:
+            kept = f"[... {len(text)} characters not kept: verifier logs past {MAX_LOGS_CHARS} characters ...]"
+            if total + len(kept) > MAX_LOGS_CHARS:
+                break
+        out[name] = kept
+        total += len(kept)
+    return out
+
+
+async def _read_logs(sandbox: Sandbox, stdout: str) -> dict[str, str]:
+    """The verifier's logs (see :attr:`Verification.logs`); best effort: a sandbox that
+    cannot be read leaves a note instead (the error that matters is raised elsewhere)."""
+    marker = f"@@{uuid.uuid4().hex}@@"
+    half = MAX_LOG_FILE_CHARS // 2 - 100  # room for the marker: the result is never cut again
+    files: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    more: list[str] = []
+    try:
+        out = await _control(
+            sandbox,
+            _LOG_LIST.format(dir=REWARD_DIR, files=MAX_LOG_FILES, marker=marker, head=half, keep=2 * half),
+        )
+    except (SandboxError, TimeoutError) as exc:
+        files["(unreadable)"] = f"the verifier's logs could not be read: {exc}"
+        out = ""
+    name = ""
+    # Blocks: "file SIZE NAME\n" + the head (+ "\n" when whole); "cut\n" + the tail + "\n";
+    # "end\n"; "more NAME\n" for files past MAX_LOG_FILES.
+    for block in out.split(marker)[1:]:
+        header, _, body = block.partition("\n")
+        kind, _, rest = header.partition(" ")
+        if kind == "more":
+            more.append(rest)
+        elif kind == "file":
+            size_text, _, name = rest.partition(" ")
+            sizes[name] = int(size_text) if size_text.isdigit() else 0
+            files[name] = body if sizes[name] > 2 * half else body.removesuffix("\n")
+        elif kind == "cut" and name in files:
+            omitted = sizes[name] - 2 * half
+            files[name] += f"\n[... {omitted} bytes omitted ...]\n" + body.removesuffix("\n")
+    if more:
+        files["(not kept)"] = f"{len(more)} more files: " + ", ".join(more[:50])
+    if STDOUT_LOG not in files:
+        files = {STDOUT_LOG: stdout, **files}
+    return cap_logs(files)
 
 
 async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = None) -> Verification:
@@ -349,9 +458,14 @@ async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = Non
                 f"verifier did not finish within {limit:g}s (and the exec did not return)", task=task.name
             ) from None
         output = _truncate(result.output)
+        logs = await _read_logs(sandbox, result.output)  # before _cleanup removes them
         if result.timed_out:
             raise VerificationError(
-                f"verifier timed out after {limit:g}s", task=task.name, output=output, exit_code=result.exit_code
+                f"verifier timed out after {limit:g}s",
+                task=task.name,
+                output=output,
+                exit_code=result.exit_code,
+                logs=logs,
             )
         if task.format == "terminal-bench":
             try:
@@ -362,6 +476,7 @@ async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = Non
                     task=task.name,
                     output=output,
                     exit_code=result.exit_code,
+                    logs=logs,
                 ) from exc
         else:
             kind, text = await _read_reward(sandbox)
@@ -378,11 +493,13 @@ async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = Non
                     task=task.name,
                     output=output,
                     exit_code=result.exit_code,
+                    logs=logs,
                 ) from exc
         return Verification(
             reward=main_reward(rewards),
             rewards=rewards,
             output=output,
+            logs=logs,
             exit_code=result.exit_code,
             duration_s=time.monotonic() - started,
         )
@@ -408,4 +525,6 @@ async def try_verify(sandbox: Sandbox, task: Task, *, time_limit: float | None =
     try:
         return await verify(sandbox, task, time_limit=time_limit)
     except VerificationError as exc:
-        return Verification(reward=None, output=exc.output, error=str(exc), exit_code=exc.exit_code)
+        return Verification(
+            reward=None, output=exc.output, logs=exc.logs, error=str(exc), exit_code=exc.exit_code
+        )

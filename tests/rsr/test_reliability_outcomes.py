@@ -1,0 +1,130 @@
+"""Outcomes are blamed on the right party, and the summary says so (issue 15)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rsr_async.config import Config, EngineConfig, RunConfig, SandboxConfig
+from rsr_async.engine import Engine, Job, JobContext
+from rsr_async.errors import ContainerError
+from rsr_async.harness.fakes import ReplayModel
+from rsr_async.rsr.episode import EpisodeRunner
+from rsr_async.rsr.summary import render_summary, summarise, write_summary
+from rsr_async.sandbox import SandboxPool
+from rsr_async.schema import EpisodeResult, EpisodeSpec, JobKey, Task
+
+
+async def _broken_docker(job: Job, ctx: JobContext) -> EpisodeResult:
+    raise ContainerError("sandbox create failed: the daemon said no (disk full)")
+
+
+async def test_summary_says_why_nothing_finished(tmp_path: Path) -> None:
+    tasks = [Task(name=f"t{i}", path=str(tmp_path), instruction="-") for i in range(3)]
+    jobs = [Job.episode(EpisodeSpec(key=JobKey(stage="discover", task=t.name, harness="terminus2"), task=t))
+            for t in tasks]
+    config = Config(run=RunConfig(concurrency=2),
+                    engine=EngineConfig(progress="none", infra_retries=0, store_batch_ms=10.0))
+    async with Engine(config, runner=_broken_docker, run_dir=tmp_path / "run") as engine:
+        results = [r async for r in engine.run(jobs, stage="discover")]
+        summary = summarise(engine.store, stage="discover", model="m", scripted_model=False,
+                            tasks=[t.name for t in tasks], attempts=1, wall_s=1.0,
+                            episodes_this_run=3, peak_sandboxes=0)
+    assert [r.status for r in results] == ["infra_error"] * 3
+    assert summary.nothing_finished is not None
+    assert summary.nothing_finished.startswith("no episode finished: 3 infra errors (first: ")
+    assert "disk full" in summary.nothing_finished
+    table = render_summary(summary)
+    cells = [str(c) for column in table.columns for c in column._cells]  # type: ignore[attr-defined]
+    assert summary.nothing_finished in cells
+    assert not any("over 0 tasks" in c for c in cells)
+    written = json.loads(write_summary(summary, tmp_path).read_text())
+    assert written["nothing_finished"] == summary.nothing_finished
+
+
+# -- what the model did to its own sandbox is the model's outcome ------------------------
+
+
+PIDS = 256
+"""The fork bomb's bound: the sandbox's pids limit (lower than the default, to be gentle)."""
+
+
+def act(keys: str = "", done: bool = False, duration: float = 0.5) -> str:
+    commands = [{"keystrokes": keys, "duration": duration}] if keys else []
+    return json.dumps({"analysis": "a", "plan": "p", "commands": commands, "task_complete": done})
+
+
+def file_task(tmp_path: Path) -> Task:
+    """Passes when /tmp/out.txt says hello: what the agent left on disk is graded."""
+    tests = tmp_path / "tests"
+    tests.mkdir(parents=True)
+    (tests / "test.sh").write_text(
+        "mkdir -p /logs/verifier\n"
+        "if grep -qx hello /tmp/out.txt; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+    )
+    return Task(name="leave-hello", path=str(tmp_path), instruction="Write hello to /tmp/out.txt.",
+                docker_image=SandboxConfig().base_image, tests_dir=str(tests),
+                verifier_timeout_s=60, agent_timeout_s=120)
+
+
+async def run_one(tmp_path: Path, replies: list[str], *, pids_limit: int = 1024) -> tuple[EpisodeResult, int]:
+    """One episode through the real runner, engine (with retries) and store: its result
+    and how many times it was tried."""
+    task = file_task(tmp_path / "task")
+    spec = EpisodeSpec(key=JobKey(stage="discover", task=task.name, harness="terminus2"), task=task,
+                       deadline_s=120)
+    model = ReplayModel(replies * 3, model_name="saboteur")  # enough for every retry
+    config = Config(run=RunConfig(concurrency=1),
+                    engine=EngineConfig(progress="none", infra_retries=2, retry_backoff_s=0.01,
+                                        store_batch_ms=10.0))
+    sandbox_config = SandboxConfig(api_timeout_s=60.0, pids_limit=pids_limit)
+    async with SandboxPool(sandbox_config, run_id=f"test-outcome-{uuid.uuid4().hex[:8]}",
+                           run_dir=tmp_path / "run") as pool:
+        runner = EpisodeRunner(pool=pool, model=model, harness=config.harness, scripted=True)
+        async with Engine(config, runner=runner, run_dir=tmp_path / "run") as engine:
+            [_result] = [r async for r in engine.run([Job.episode(spec)], stage="discover")]
+            [stored] = list(engine.store.results(stage="discover"))
+            [row] = engine.store.rows(stage="discover")
+        assert await pool.containers() == []
+    return stored, row.tries
+
+
+@pytest.mark.docker
+async def test_kill_minus_one_is_graded_as_the_models_failure(tmp_path: Path) -> None:
+    result, tries = await run_one(tmp_path, [
+        act("echo hello > /tmp/out.txt\n"), act("kill -9 -1\n", duration=1.0), act(done=True), act(done=True)
+    ])
+    assert tries == 1, (result.status, result.end_reason, result.error, result.verifier_output[-300:])
+    assert result.status == "failed", result.error
+    assert result.end_reason == "error"
+    assert result.error is not None and "container" in result.error and "agent" in result.error
+
+
+@pytest.mark.docker
+async def test_a_fork_bomb_is_cleaned_up_and_what_is_left_is_graded(tmp_path: Path) -> None:
+    bomb = "b() { b | b & }; b\n"
+    result, tries = await run_one(tmp_path, [
+        act("echo hello > /tmp/out.txt\n"), act(bomb, duration=3.0), act(done=True), act(done=True)
+    ], pids_limit=PIDS)
+    assert tries == 1, (result.status, result.end_reason, result.error, result.verifier_output[-300:])
+    assert result.status == "succeeded", (result.end_reason, result.error, result.verifier_output[-500:])
+
+
+async def _graded(job: Job, ctx: JobContext) -> EpisodeResult:
+    return EpisodeResult(key=job.spec.key, status="failed", end_reason="completed", reward=0.0)
+
+
+async def test_a_run_with_graded_episodes_keeps_its_pass_at_figures(tmp_path: Path) -> None:
+    task = Task(name="t", path=str(tmp_path), instruction="-")
+    job = Job.episode(EpisodeSpec(key=JobKey(stage="discover", task="t", harness="terminus2"), task=task))
+    config = Config(run=RunConfig(concurrency=1), engine=EngineConfig(progress="none", store_batch_ms=10.0))
+    async with Engine(config, runner=_graded, run_dir=tmp_path / "run") as engine:
+        [_ for _ in [r async for r in engine.run([job], stage="discover")]]
+        summary = summarise(engine.store, stage="discover", model="m", scripted_model=False, tasks=["t"],
+                            attempts=1, wall_s=1.0, episodes_this_run=1, peak_sandboxes=0)
+    assert summary.nothing_finished is None and summary.pass_at_k_tasks == 1
+    cells = [str(c) for column in render_summary(summary).columns for c in column._cells]  # type: ignore[attr-defined]
+    assert "0.000 over 1 tasks" in cells

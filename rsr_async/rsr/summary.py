@@ -1,7 +1,10 @@
 """The end-of-run summary: computed from the store, so it always agrees with it.
 
-Counts (episodes, solved tasks, pass@k, tokens, infrastructure errors) cover every job
-of the stage in the run directory, across resumes. Throughput (``wall_s``,
+Counts (episodes, solved tasks, pass@k, tokens, infrastructure errors, permanent errors)
+cover every job of the stage in the run directory, across resumes. A permanent error (the
+task's or the config's fault, :func:`~rsr_async.errors.is_permanent_error`) is stored as
+``failed`` but is no verdict on the model: it is counted and named apart, never in
+``failed``, pass@k or the models' graded episodes. Throughput (``wall_s``,
 ``episodes_per_min``, ``peak_sandboxes``) covers this invocation only.
 """
 
@@ -15,7 +18,8 @@ from typing import Any
 import msgspec
 
 from ..analysis.passk import mean_pass_at_k
-from ..engine.store import Store
+from ..engine.store import JobRow, Store
+from ..errors import PERMANENT_PREFIX, is_permanent_error
 from ..schema import Usage
 
 __all__ = ["HarnessSummary", "RunSummary", "render_summary", "summarise", "write_summary"]
@@ -32,6 +36,8 @@ class HarnessSummary(msgspec.Struct, frozen=True, kw_only=True):
     pass_at_1: float
     pass_at_k: float
     pass_at_k_tasks: int
+    permanent_errors: int = 0
+    """Episodes ended by the task's or the config's fault (not graded, not retried)."""
 
 
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +54,7 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Jobs of the stage with a final status (succeeded, failed, infra_error, cancelled)."""
     succeeded: int
     failed: int
+    """Graded episodes the model failed (permanent errors are not among them)."""
     infra_errors: int
     cancelled: int
     pending: int
@@ -76,6 +83,12 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     union_solved: list[str] = msgspec.field(default_factory=list)
     """Tasks solved by at least one harness (the union the paper's discovery gains use)."""
     """Graded episodes whose results say the scripted stand-in produced them."""
+    permanent_errors: int = 0
+    """Episodes ended by a permanent error: the task's or the config's fault (a bad image
+    reference, a Dockerfile that fails to build). Never retried, not even on resume, never
+    graded: fix the task, then run it in a new run directory."""
+    permanent_error_tasks: dict[str, str] = msgspec.field(default_factory=dict)
+    """Task → the first permanent error of its episodes (the cause, without the prefix)."""
     pipeline: dict[str, Any] | None = None
     """The rewrite pipeline's figures (:func:`~rsr_async.rsr.figures.pipeline_figures`)
     when ``run`` ran stages after discover."""
@@ -96,7 +109,11 @@ def summarise(
     counts = store.counts(stage=stage)
     per_task: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     names = set(tasks)
+    permanent: list[JobRow] = []
     for row in store.rows(stage=stage, status=("succeeded", "failed")):
+        if row.status == "failed" and is_permanent_error(row.error):
+            permanent.append(row)  # not a sample: the model never had its chance
+            continue
         if row.task not in names:
             continue
         entry = per_task[(row.task, row.harness)]
@@ -108,7 +125,11 @@ def summarise(
     scripted = 0
     for result in store.results(stage=stage):
         usage = usage + result.usage
-        if result.status in ("succeeded", "failed") and result.key.task in names:
+        if (
+            result.status in ("succeeded", "failed")
+            and result.key.task in names
+            and not is_permanent_error(result.error)
+        ):
             models[result.model] += 1
             scripted += result.scripted
     k = max(1, attempts)
@@ -118,6 +139,7 @@ def summarise(
     for row in store.rows(stage=stage):
         if row.task in names and row.status in ("succeeded", "failed", "infra_error", "cancelled"):
             finals[row.harness][row.status] += 1
+            finals[row.harness]["permanent"] += is_permanent_error(row.error)
     harnesses: dict[str, HarnessSummary] = {}
     for harness in sorted({h for _, h in per_task} | set(finals)):
         mine = {t: nc for (t, h), nc in per_task.items() if h == harness}
@@ -130,7 +152,11 @@ def summarise(
             pass_at_1=mean_pass_at_k(own_pairs, 1),
             pass_at_k=mean_pass_at_k(own_pairs, k),
             pass_at_k_tasks=len(own_pairs),
+            permanent_errors=finals[harness]["permanent"],
         )
+    causes: dict[str, str] = {}
+    for row in permanent:
+        causes.setdefault(row.task, (row.error or "").removeprefix(PERMANENT_PREFIX)[:500])
     return RunSummary(
         stage=stage,
         model=model,
@@ -139,7 +165,7 @@ def summarise(
         attempts=attempts,
         episodes=final,
         succeeded=counts["succeeded"],
-        failed=counts["failed"],
+        failed=counts["failed"] - len(permanent),
         infra_errors=counts["infra_error"],
         cancelled=counts["cancelled"],
         pending=counts["pending"] + counts["running"],
@@ -160,6 +186,8 @@ def summarise(
         scripted_episodes=scripted,
         harnesses=harnesses,
         union_solved=sorted(solved),
+        permanent_errors=len(permanent),
+        permanent_error_tasks=dict(sorted(causes.items())),
     )
 
 
@@ -191,6 +219,7 @@ def render_summary(summary: RunSummary) -> object:
         ("models (graded episodes)", _models_text(summary.models)),
         ("scripted stand-in episodes", f"{summary.scripted_episodes} / {sum(summary.models.values())}"),
         ("infrastructure errors", f"{summary.infra_errors}"),
+        ("permanent errors (task/config)", _permanent_text(summary)),
         ("cancelled / unfinished", f"{summary.cancelled} / {summary.pending}"),
     ]
     for name, value in rows:
@@ -204,3 +233,13 @@ def _models_text(models: dict[str, int]) -> str:
     if not models:
         return "-"
     return ", ".join(f"{name or 'unrecorded'} × {count}" for name, count in models.items())
+
+
+def _permanent_text(summary: RunSummary) -> str:
+    """The count, then each task with its cause's first line (never retried, never graded)."""
+    if not summary.permanent_errors:
+        return "0"
+    lines = [f"{summary.permanent_errors} (not graded, not retried: fix the task)"]
+    for task, cause in summary.permanent_error_tasks.items():
+        lines.append(f"{task}: {cause.splitlines()[0][:160] if cause else '?'}")
+    return "\n".join(lines)

@@ -24,7 +24,7 @@ from .shell import DockerShell
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-__all__ = ["ContainerState", "DockerSandbox", "docker_errors"]
+__all__ = ["ContainerState", "DockerSandbox", "docker_errors", "permanent_status"]
 
 _RUN_OUTPUT_KEEP = 1 << 20
 """``run`` keeps the first and last MiB of output: verifier logs are never larger."""
@@ -32,9 +32,31 @@ _KILL_GRACE_S = 5
 """After its time limit a command gets SIGTERM, then SIGKILL this many seconds later."""
 
 
+_TRANSIENT_4XX = frozenset({404, 408, 409, 429})
+"""4xx answers another attempt may fix: gone, timed out, busy/conflict, throttled."""
+
+
+def permanent_status(status: int) -> bool:
+    """Whether Docker's HTTP ``status`` means our request itself is wrong (a bad image
+    reference, a config Docker refuses): another attempt sends the same request."""
+    return 400 <= status < 500 and status not in _TRANSIENT_4XX
+
+
 @contextmanager
-def docker_errors(what: str, *, url: str = "") -> Iterator[None]:
-    """Map aiodocker/aiohttp failures of ``what`` to the engine's sandbox errors."""
+def docker_errors(
+    what: str,
+    *,
+    url: str = "",
+    permanent_4xx: bool = False,
+    error: type[SandboxError] = ContainerError,
+) -> Iterator[None]:
+    """Map aiodocker/aiohttp failures of ``what`` to the engine's sandbox errors.
+
+    With ``permanent_4xx`` (creating or starting a container, building or inspecting an
+    image) a 4xx other than 404/408/409/429 is the task's or the config's fault: the
+    error (of type ``error``) is marked permanent and is never retried. 5xx, timeouts
+    and connection failures stay transient.
+    """
     try:
         yield
     except aiodocker.DockerError as exc:
@@ -43,7 +65,10 @@ def docker_errors(what: str, *, url: str = "") -> Iterator[None]:
                 f"{what}: Docker daemon unreachable at {url or 'its URL'}: {exc.message}; "
                 "is dockerd running and the URL in sandbox.docker_urls right?"
             ) from exc
-        raise ContainerError(f"{what}: Docker said {exc.status}: {exc.message}") from exc
+        mapped = error(f"{what}: Docker said {exc.status}: {exc.message}")
+        if permanent_4xx and permanent_status(exc.status):
+            raise mapped.as_permanent() from exc
+        raise mapped from exc
     except (aiohttp.ClientError, ConnectionError) as exc:
         raise DockerUnavailableError(
             f"{what}: Docker daemon unreachable at {url or 'its URL'}: {exc}"

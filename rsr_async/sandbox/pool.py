@@ -26,7 +26,7 @@ import msgspec
 from ..config import SandboxConfig
 from ..errors import ContainerError, DockerUnavailableError, ImageError, SandboxError
 from ..schema import Task
-from .container import DockerSandbox, docker_errors
+from .container import DockerSandbox, docker_errors, permanent_status
 from .hosts import DockerHost, open_client
 from .images import BuildOnce, build_task_image, image_id
 
@@ -416,17 +416,20 @@ class SandboxPool:
 
     async def _ensure_on(self, host: DockerHost, task: Task) -> str:
         timeout = self.config.api_timeout_s
+        # A 400 here is a malformed reference (e.g. `UPPER/Case:bad tag`): the task's fault.
+        where = f"task {task.name!r}: image {task.docker_image}"
         if task.docker_image and not task.environment_dir:
-            with docker_errors(f"task {task.name!r}: image", url=host.url):
+            with docker_errors(where, url=host.url, permanent_4xx=True, error=ImageError):
                 present = await image_id(host.docker, task.docker_image, timeout_s=timeout)
             if present is None:
+                # Nothing is ever pulled here, so no later attempt finds it either.
                 raise ImageError(
                     f"task {task.name!r}: image {task.docker_image} is not on {host.url} and "
                     "no registry is reachable; build or load it, or give the task an environment/"
-                )
+                ).as_permanent()
             return task.docker_image
         if task.docker_image:
-            with docker_errors(f"task {task.name!r}: image", url=host.url):
+            with docker_errors(where, url=host.url, permanent_4xx=True, error=ImageError):
                 if await image_id(host.docker, task.docker_image, timeout_s=timeout):
                     return task.docker_image
         key = f"{host.url}\0{task.name}\0{task.environment_dir}"
@@ -526,7 +529,12 @@ class SandboxPool:
                     ) from exc
                 if exc.status == 404:
                     raise ImageError(f"{where}: image {image} not found on {host.url}") from exc
-                raise ContainerError(f"{where}: container start failed: {exc.message}") from exc
+                failed = ContainerError(
+                    f"{where}: container start failed: Docker said {exc.status}: {exc.message}"
+                )
+                if permanent_status(exc.status):  # Docker refuses this config: always will
+                    raise failed.as_permanent() from exc
+                raise failed from exc
             if isinstance(exc, TimeoutError):
                 raise ContainerError(
                     f"{where}: container start took over {self.config.api_timeout_s:.0f} s"

@@ -3,6 +3,12 @@
 Containers carry labels saying whose they are (run id, episode key, owner process and
 host, run directory), so a start-up sweep or ``sandbox gc`` can remove leftovers whose
 owner is provably gone and never touch another live run's.
+
+A prewarmed container is started before any episode exists and Docker cannot relabel it,
+so it is labelled ``rsr_async.episode=warm`` plus a slot id (:data:`LABEL_WARM`); when an
+episode takes it, the pool appends ``{container, slot, episode, at}`` to the run
+directory's :data:`CLAIMS_NAME` before the episode starts, and :func:`sweep` (so
+``sandbox ls`` and ``gc``) reports the claiming episode from there.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
@@ -31,14 +38,17 @@ from .hosts import DockerHost, open_client
 from .images import BuildOnce, build_task_image, image_id
 
 __all__ = [
+    "CLAIMS_NAME",
     "LABEL_EPISODE",
     "LABEL_RUN",
     "LABEL_SNAPSHOT",
+    "LABEL_WARM",
     "SNAPSHOT_REPOSITORY",
     "LeftoverContainer",
     "SandboxPool",
     "SandboxStats",
     "owner_gone",
+    "read_claims",
     "sweep",
 ]
 
@@ -56,6 +66,15 @@ LABEL_POOL = "rsr_async.pool"
 """A random id per :class:`SandboxPool`: its exit sweep touches only its own containers."""
 LOCK_NAME = "sandbox.lock"
 """Held (flock) by a live pool in its run directory: a free lock proves the owner gone."""
+LABEL_WARM = "rsr_async.warm"
+"""On a container :meth:`SandboxPool.prewarm` started: its slot id. Docker cannot change
+the labels of a container, so a prewarmed one keeps ``rsr_async.episode=warm`` for life;
+which episode claimed it is in the run directory's :data:`CLAIMS_NAME`, keyed by
+container id, and :func:`sweep` (so ``sandbox ls``/``gc``) reads it from there."""
+WARM_EPISODE = "warm"
+"""The episode label of a prewarmed container (it has no episode when it starts)."""
+CLAIMS_NAME = "sandbox-claims.jsonl"
+"""One JSON line per prewarmed container an episode took: container, slot, episode, at."""
 
 _CAPABILITIES = [
     "CHOWN",
@@ -140,6 +159,9 @@ class LeftoverContainer(msgspec.Struct, frozen=True, kw_only=True):
     run: str
     episode: str
     state: str
+    warm_slot: str = ""
+    """Set on a prewarmed container: its slot; ``episode`` then comes from the run
+    directory's claims (``warm (unclaimed)`` when no episode took it yet)."""
     removable: bool
     """Safe to remove: the owner is provably gone, or the run was named."""
     removed: bool
@@ -161,6 +183,7 @@ async def sweep(
     """
     found: list[LeftoverContainer] = []
     me = owner_label()
+    claims: dict[str, dict[str, str]] = {}
     for url in urls:
         docker, connector = open_client(url)
         try:
@@ -170,6 +193,13 @@ async def sweep(
                 )
             for item in containers:
                 labels: dict[str, str] = item._container.get("Labels") or {}
+                episode = labels.get(LABEL_EPISODE, "")
+                slot = labels.get(LABEL_WARM, "")
+                if slot:
+                    run_dir = labels.get(LABEL_RUN_DIR, "")
+                    if run_dir not in claims:
+                        claims[run_dir] = await anyio.to_thread.run_sync(read_claims, run_dir)
+                    episode = claims[run_dir].get(item.id, f"{WARM_EPISODE} (unclaimed)")
                 run = labels.get(LABEL_RUN, "")
                 same_run = run_id is not None and run == run_id
                 remove = owner_gone(labels) or (
@@ -182,8 +212,9 @@ async def sweep(
                         url=url,
                         id=item.id,
                         run=run,
-                        episode=labels.get(LABEL_EPISODE, ""),
+                        episode=episode,
                         state=str(item._container.get("State", "")),
+                        warm_slot=slot,
                         removable=remove,
                         removed=remove and not dry_run,
                     )
@@ -194,6 +225,36 @@ async def sweep(
             await docker.close()
             await connector.close()
     return found
+
+
+class _Claim(msgspec.Struct, frozen=True, kw_only=True):
+    container: str
+    slot: str
+    episode: str
+    at: float
+
+
+_claim_decoder = msgspec.json.Decoder(_Claim)
+
+
+def read_claims(run_dir: str | Path) -> dict[str, str]:
+    """``container id → episode key`` of the prewarmed containers episodes took, from
+    ``run_dir``'s :data:`CLAIMS_NAME` (empty when it is absent or unreadable; a line cut
+    off by a crash is skipped)."""
+    if not run_dir:
+        return {}
+    try:
+        lines = (Path(run_dir) / CLAIMS_NAME).read_bytes().splitlines()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in lines:
+        try:
+            claim = _claim_decoder.decode(line)
+        except msgspec.DecodeError:
+            continue
+        out[claim.container] = claim.episode
+    return out
 
 
 async def _sweep_snapshots(docker: aiodocker.Docker, run_id: str | None, *, timeout_s: float) -> None:
@@ -259,6 +320,10 @@ class SandboxPool:
         self._builds = BuildOnce()
         self._warm: dict[tuple[str, str, str], deque[aiodocker.docker.DockerContainer]] = {}
         """Started ahead of demand by :meth:`prewarm`, per (host, task, image)."""
+        self._warm_slots: dict[str, str] = {}
+        """Container id → slot id of the prewarmed containers no episode took yet."""
+        self._claims: dict[str, str] = {}
+        """Container id → episode key of the prewarmed containers episodes took."""
         self._lock_file: Any = None
         self._build_limiter = anyio.Semaphore(max(1, config.build_concurrency))
         self._started = 0
@@ -500,9 +565,18 @@ class SandboxPool:
         return config
 
     async def _start(
-        self, host: DockerHost, task: Task, image: str, key: str, *, snapshot_of: str | None = None
+        self,
+        host: DockerHost,
+        task: Task,
+        image: str,
+        key: str,
+        *,
+        snapshot_of: str | None = None,
+        warm_slot: str | None = None,
     ) -> Any:
         config = self._container_config(task, image, key, snapshot_of)
+        if warm_slot is not None:
+            config["Labels"][LABEL_WARM] = warm_slot
         where = f"task {task.name!r} (episode {key})"
         slot = await host.start_slot()
         container_id: str | None = None
@@ -550,6 +624,8 @@ class SandboxPool:
         """Remove one container we started (shielded: it must go even on cancellation)."""
         with anyio.CancelScope(shield=True):
             ok = await _remove(host.docker, container_id, timeout_s=self.config.api_timeout_s)
+        self._claims.pop(container_id, None)
+        self._warm_slots.pop(container_id, None)
         if self._containers.pop(container_id, None) is not None:
             host.live -= 1
         if ok:
@@ -569,6 +645,11 @@ class SandboxPool:
             host.live += 1
             self._containers[container.id] = (host, key)
             self._peak = max(self._peak, sum(h.live for h in self._hosts))
+            try:
+                await self._record_claim(container, key)
+            except BaseException:
+                await self._discard(host, container.id)
+                raise
         if container is None:
             container = await self._start(host, task, image, key)
         error: BaseException | None = None
@@ -632,6 +713,32 @@ class SandboxPool:
                 if exc.status != 404:
                     self._remove_failures += 1
 
+    async def _record_claim(self, container: Any, key: str) -> None:
+        """Say, before the episode starts, which episode took a prewarmed container: its
+        labels cannot (Docker fixes them at create), the run directory's claims can."""
+        slot = self._warm_slots.pop(container.id, "")
+        self._claims[container.id] = key
+        if self.run_dir is None:
+            return
+        line = msgspec.json.encode(
+            _Claim(container=container.id, slot=slot, episode=key, at=time.time())
+        )
+        path = self.run_dir / CLAIMS_NAME
+
+        def append() -> None:
+            with open(path, "ab") as fh:  # one short write: lines of racing claims stay whole
+                fh.write(line + b"\n")
+
+        await anyio.to_thread.run_sync(append)
+
+    def episode_of(self, container_id: str) -> str | None:
+        """The episode key a container of this pool serves (a prewarmed one: the episode
+        that claimed it); None for one it does not know or an unclaimed warm one."""
+        if container_id in self._claims:
+            return self._claims[container_id]
+        entry = self._containers.get(container_id)
+        return None if entry is None else entry[1]
+
     async def prewarm(self, task: Task, count: int | None = None) -> int:
         """Start ``count`` (default ``sandbox.warm_pool``) containers of ``task``'s image ahead
         of demand; :meth:`sandbox` takes them first. Call it from the engine's task group."""
@@ -640,7 +747,9 @@ class SandboxPool:
         for _ in range(count):
             host = self._host_for()
             image = await self._ensure_on(host, task)
-            container = await self._start(host, task, image, "warm")
+            slot = uuid.uuid4().hex[:12]
+            container = await self._start(host, task, image, WARM_EPISODE, warm_slot=slot)
+            self._warm_slots[container.id] = slot
             self._containers.pop(container.id, None)
             host.live -= 1
             self._warm.setdefault((host.url, task.name, image), deque()).append(container)

@@ -3,14 +3,21 @@ that say which episode a prewarmed container serves, and the task's disk quota."
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import aiodocker
+import anyio
 import pytest
 
+from rsr_async.config import SandboxConfig
 from rsr_async.errors import ContainerError, ImageBuildError, ImageError
 from rsr_async.sandbox import SandboxPool
 from rsr_async.sandbox.container import docker_errors, permanent_status
+from rsr_async.sandbox.pool import read_claims, sweep
+from tests.conftest import run_cli_env
 
-from .conftest import fixture_task, make_task
+from .conftest import containers_of, fixture_task, make_task, new_run_id
 
 pytestmark = pytest.mark.docker
 
@@ -67,3 +74,31 @@ def test_transient_statuses_stay_retryable() -> None:
         ):
             raise aiodocker.DockerError(status, {"message": "busy"})
         assert not caught.value.permanent and caught.value.retryable, status
+
+
+async def test_a_prewarmed_container_maps_to_the_episode_that_took_it(tmp_path: Path) -> None:
+    task = make_task("warm-map")
+    run_dir = tmp_path / "run"
+    key = "discover/warm-map/terminus2/a0/-/e-1"
+    async with SandboxPool(SandboxConfig(warm_pool=2), run_id=new_run_id(), run_dir=run_dir) as pool:
+        assert await pool.prewarm(task) == 2
+        warm = set(await pool.containers())
+        async with pool.sandbox(task, key=key) as sandbox:
+            assert sandbox.id in warm  # it took a prewarmed one
+            assert pool.episode_of(sandbox.id) == key
+            assert read_claims(run_dir) == {sandbox.id: key}
+            found = {c.id: c for c in await sweep(["unix:///var/run/docker.sock"], dry_run=True)
+                     if c.run == pool.run_id}
+            assert set(found) == warm
+            assert found[sandbox.id].episode == key and found[sandbox.id].warm_slot
+            (other,) = warm - {sandbox.id}
+            assert found[other].episode == "warm (unclaimed)" and found[other].warm_slot
+            assert found[other].warm_slot != found[sandbox.id].warm_slot
+            # What a user sees: `sandbox ls` names the episode, not "warm".
+            listing = await anyio.run_process(
+                [sys.executable, "-m", "rsr_async", "sandbox", "ls"], env=run_cli_env()
+            )
+            line = next(x for x in listing.stdout.decode().splitlines()
+                        if x.startswith(sandbox.id[:12]))
+            assert f"episode={key}" in line and "prewarmed(slot=" in line
+    assert await containers_of(pool.run_id) == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import socket
 import time
@@ -52,6 +53,8 @@ __all__ = [
     "sweep",
 ]
 
+log = logging.getLogger(__name__)
+
 LABEL_RUN = "rsr_async.run"
 LABEL_EPISODE = "rsr_async.episode"
 LABEL_TASK = "rsr_async.task"
@@ -66,6 +69,8 @@ LABEL_POOL = "rsr_async.pool"
 """A random id per :class:`SandboxPool`: its exit sweep touches only its own containers."""
 LOCK_NAME = "sandbox.lock"
 """Held (flock) by a live pool in its run directory: a free lock proves the owner gone."""
+TMPFS_PATH = "/tmp"
+"""Where ``storage_mb`` is enforced as a tmpfs when the storage driver has no quota."""
 LABEL_WARM = "rsr_async.warm"
 """On a container :meth:`SandboxPool.prewarm` started: its slot id. Docker cannot change
 the labels of a container, so a prewarmed one keeps ``rsr_async.episode=warm`` for life;
@@ -322,6 +327,8 @@ class SandboxPool:
         """Started ahead of demand by :meth:`prewarm`, per (host, task, image)."""
         self._warm_slots: dict[str, str] = {}
         """Container id → slot id of the prewarmed containers no episode took yet."""
+        self._tmpfs: dict[str, tuple[str, ...]] = {}
+        """Container id → its tmpfs mount points (uploads there go through an exec)."""
         self._claims: dict[str, str] = {}
         """Container id → episode key of the prewarmed containers episodes took."""
         self._lock_file: Any = None
@@ -347,6 +354,7 @@ class SandboxPool:
                 )
             for host in self._hosts:
                 await host.check(min(self.config.api_timeout_s, 15.0))
+                await host.probe_storage(min(self.config.api_timeout_s, 15.0))
             if self.run_dir is not None:
                 await anyio.to_thread.run_sync(self._take_lock)
             await sweep(
@@ -400,6 +408,7 @@ class SandboxPool:
             workdir=task.workdir,
             memory_mb=task.memory_mb or self.config.default_memory_mb,
             quiet_s=self.config.shell_quiet_s,
+            tmpfs=self._tmpfs.get(str(container.id), ()),
         )
 
     async def _sweep_own(self) -> None:
@@ -577,6 +586,7 @@ class SandboxPool:
         config = self._container_config(task, image, key, snapshot_of)
         if warm_slot is not None:
             config["Labels"][LABEL_WARM] = warm_slot
+        self._limit_storage(config, host, task)
         where = f"task {task.name!r} (episode {key})"
         slot = await host.start_slot()
         container_id: str | None = None
@@ -585,9 +595,19 @@ class SandboxPool:
             # Shielded: a create the daemon finishes after we stopped listening would be
             # a container nobody knows the id of.
             with anyio.CancelScope(shield=True), anyio.fail_after(self.config.api_timeout_s):
-                created = await host.docker.containers.create(config)
+                try:
+                    created = await host.docker.containers.create(config)
+                except aiodocker.DockerError as exc:
+                    # overlay2 on xfs without `pquota` refuses the quota: fall back.
+                    if "StorageOpt" not in config["HostConfig"] or "storage" not in exc.message.lower():
+                        raise
+                    host.storage_quota = False
+                    del config["HostConfig"]["StorageOpt"]
+                    self._limit_storage(config, host, task, refused=exc.message)
+                    created = await host.docker.containers.create(config)
                 container_id = str(created.id)
                 self._containers[container_id] = (host, key)
+                self._tmpfs[container_id] = tuple(config["HostConfig"].get("Tmpfs") or ())
             with anyio.fail_after(self.config.api_timeout_s):
                 await created.start()
         except BaseException as exc:
@@ -620,12 +640,41 @@ class SandboxPool:
         self._peak = max(self._peak, sum(h.live for h in self._hosts))
         return created
 
+    def _limit_storage(
+        self, config: dict[str, Any], host: DockerHost, task: Task, *, refused: str = ""
+    ) -> None:
+        """Apply the task's ``storage_mb``: a disk quota where the storage driver has one,
+        else a size-limited tmpfs on ``/tmp`` (said once per host, naming the driver)."""
+        if not task.storage_mb:
+            return
+        if host.storage_quota:
+            config["HostConfig"]["StorageOpt"] = {"size": f"{task.storage_mb}M"}
+            return
+        # tmpfs pages count against the memory limit: at half of it, a full /tmp is
+        # "No space left on device" (what a full disk says), not an OOM kill.
+        memory_mb = task.memory_mb or self.config.default_memory_mb
+        size_mb = max(1, min(task.storage_mb, memory_mb // 2))
+        config["HostConfig"]["Tmpfs"] = {
+            TMPFS_PATH: f"rw,nosuid,nodev,exec,mode=1777,size={size_mb}m"
+        }
+        if not host.quota_warned:
+            host.quota_warned = True
+            why = f" (it refused: {refused})" if refused else ""
+            log.warning(
+                "Docker on %s uses storage driver %r, which cannot cap a container's disk%s "
+                "(StorageOpt size needs overlay2 on xfs with pquota, devicemapper, btrfs or "
+                "zfs): a task's storage_mb is enforced only on %s, as a tmpfs of min(storage_mb, "
+                "memory_mb/2) MiB; writes elsewhere in the container are not limited",
+                host.url, host.storage_driver or "unknown", why, TMPFS_PATH,
+            )
+
     async def _discard(self, host: DockerHost, container_id: str) -> None:
         """Remove one container we started (shielded: it must go even on cancellation)."""
         with anyio.CancelScope(shield=True):
             ok = await _remove(host.docker, container_id, timeout_s=self.config.api_timeout_s)
         self._claims.pop(container_id, None)
         self._warm_slots.pop(container_id, None)
+        self._tmpfs.pop(container_id, None)
         if self._containers.pop(container_id, None) is not None:
             host.live -= 1
         if ok:

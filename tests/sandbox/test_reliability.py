@@ -3,6 +3,7 @@ that say which episode a prewarmed container serves, and the task's disk quota."
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -102,3 +103,64 @@ async def test_a_prewarmed_container_maps_to_the_episode_that_took_it(tmp_path: 
                         if x.startswith(sandbox.id[:12]))
             assert f"episode={key}" in line and "prewarmed(slot=" in line
     assert await containers_of(pool.run_id) == []
+
+
+async def test_storage_mb_is_enforced_where_this_host_can(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    task = make_task("disk-cap", storage_mb=16, memory_mb=256)
+    caplog.set_level(logging.WARNING, logger="rsr_async.sandbox.pool")
+    async with SandboxPool(SandboxConfig(), run_id=new_run_id(), run_dir=tmp_path / "run") as pool:
+        (host,) = pool._hosts
+        if host.storage_quota:
+            pytest.skip(f"storage driver {host.storage_driver} has a quota: see the next test")
+        for key in ("disk-cap/a0", "disk-cap/a1"):
+            async with pool.sandbox(task, key=key) as sandbox:
+                full = await sandbox.run(
+                    "dd if=/dev/zero of=/tmp/big bs=1M count=32 2>&1; echo rc=$?; rm /tmp/big",
+                    time_limit=60,
+                )
+                assert "No space left on device" in full.output and "rc=1" in full.output
+                size = await sandbox.run("df -m --output=size /tmp | tail -1", time_limit=10)
+                assert int(size.output.strip()) == 16
+                # Uploads into the tmpfs go through a copy from inside: visible there.
+                await sandbox.write_file("/tmp/given/note.txt", "hello\n")
+                (tmp_path / "tree").mkdir(exist_ok=True)
+                (tmp_path / "tree" / "a.txt").write_text("a\n")
+                await sandbox.upload(tmp_path / "tree", "/tmp/tree")
+                seen = await sandbox.run(
+                    "cat /tmp/given/note.txt /tmp/tree/a.txt; stat -c %a /tmp; ls -A /var/tmp",
+                    time_limit=10,
+                )
+                assert seen.output == "hello\na\n1777\n"
+                # The gap, stated: outside /tmp this driver cannot stop a write.
+                outside = await sandbox.run(
+                    "dd if=/dev/zero of=/root/big bs=1M count=32 2>&1; echo rc=$?; rm -f /root/big",
+                    time_limit=60,
+                )
+                assert "rc=0" in outside.output
+        untouched = make_task("no-cap")
+        async with pool.sandbox(untouched, key="no-cap/a0") as sandbox:  # no storage_mb: no tmpfs
+            mounted = await sandbox.run("grep -c ' /tmp tmpfs' /proc/mounts", time_limit=10)
+            assert mounted.output.strip() == "0"
+    warnings = [r.getMessage() for r in caplog.records if "storage_mb" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # said once per host, naming the driver
+    assert repr(host.storage_driver) in warnings[0] and "/tmp" in warnings[0]
+    assert await containers_of(pool.run_id) == []
+
+
+async def test_storage_quota_where_the_driver_has_one(tmp_path: Path) -> None:
+    async with SandboxPool(SandboxConfig(), run_id=new_run_id(), run_dir=tmp_path / "run") as pool:
+        (host,) = pool._hosts
+        if not host.storage_quota:
+            pytest.skip(
+                f"this host's storage driver is {host.storage_driver!r}: Docker cannot cap a "
+                "container's disk on it (StorageOpt size needs overlay2 on xfs with pquota, "
+                "devicemapper, btrfs or zfs)"
+            )
+        task = make_task("disk-quota", storage_mb=64)
+        async with pool.sandbox(task, key="disk-quota/a0") as sandbox:
+            full = await sandbox.run(
+                "dd if=/dev/zero of=/root/big bs=1M count=128 2>&1; echo rc=$?", time_limit=120
+            )
+            assert "rc=1" in full.output

@@ -164,3 +164,24 @@ async def test_storage_quota_where_the_driver_has_one(tmp_path: Path) -> None:
                 "dd if=/dev/zero of=/root/big bs=1M count=128 2>&1; echo rc=$?", time_limit=120
             )
             assert "rc=1" in full.output
+
+
+async def test_a_refused_quota_falls_back_to_the_capped_tmp(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # overlay2 on xfs without `pquota` looks quota-capable from the API and refuses at
+    # create; this host's driver refuses the same way when told it has a quota.
+    caplog.set_level(logging.WARNING, logger="rsr_async.sandbox.pool")
+    async with SandboxPool(SandboxConfig(), run_id=new_run_id(), run_dir=tmp_path / "run") as pool:
+        (host,) = pool._hosts
+        if host.storage_quota:
+            pytest.skip(f"storage driver {host.storage_driver} takes the quota")
+        host.storage_quota = True
+        async with pool.sandbox(make_task("refused", storage_mb=8), key="refused/a0") as sandbox:
+            size = await sandbox.run("df -m --output=size /tmp | tail -1", time_limit=10)
+            assert int(size.output.strip()) == 8
+        assert host.storage_quota is False
+        assert pool.statistics().start_failures == 0
+    (warning,) = [r.getMessage() for r in caplog.records if "storage_mb" in r.getMessage()]
+    assert "refused" in warning
+    assert await containers_of(pool.run_id) == []

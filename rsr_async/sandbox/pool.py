@@ -204,7 +204,8 @@ async def sweep(
                     run_dir = labels.get(LABEL_RUN_DIR, "")
                     if run_dir not in claims:
                         claims[run_dir] = await anyio.to_thread.run_sync(read_claims, run_dir)
-                    episode = claims[run_dir].get(item.id, f"{WARM_EPISODE} (unclaimed)")
+                    unknown = "unclaimed" if run_dir else "no run directory to record a claim"
+                    episode = claims[run_dir].get(item.id, f"{WARM_EPISODE} ({unknown})")
                 run = labels.get(LABEL_RUN, "")
                 same_run = run_id is not None and run == run_id
                 remove = owner_gone(labels) or (

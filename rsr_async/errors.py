@@ -33,9 +33,17 @@ RsrError                       every error this package raises on purpose
 ```
 
 ``InfraError.retryable`` tells the scheduler whether another attempt may help.
+``InfraError.permanent`` marks the failures that are the task's or the config's fault
+(a bad image reference, a Dockerfile that fails to build, a container config Docker
+refuses): never retried, not even on resume, and stored as ``failed`` with end reason
+``error`` and an error text starting with :data:`PERMANENT_PREFIX`. Such a result is
+no verdict on the model: pass@k, the summary and the analysis leave it out
+(:func:`is_permanent_error`) and the summary names it apart.
 """
 
 from __future__ import annotations
+
+from typing import Self
 
 __all__ = [
     "ConfigError",
@@ -111,10 +119,31 @@ class ReplyFormatError(RsrError):
     """
 
 
+PERMANENT_PREFIX = "permanent: "
+"""How the error text of a job ended by a permanent error starts (see the module doc)."""
+
+
+def is_permanent_error(error: str | None) -> bool:
+    """Whether a stored job's error text says a permanent error ended it."""
+    return bool(error) and str(error).startswith(PERMANENT_PREFIX)
+
+
 class InfraError(RsrError):
-    """A failure of the infrastructure, not of the model: stored as ``infra_error``."""
+    """A failure of the infrastructure, not of the model: stored as ``infra_error``.
+
+    With ``permanent`` set (the task's or the config's fault) it is stored as ``failed``
+    with end reason ``error`` and an error text starting with :data:`PERMANENT_PREFIX`
+    instead, never retried and never graded.
+    """
 
     retryable: bool = True
+    permanent: bool = False
+
+    def as_permanent(self) -> Self:
+        """This error marked permanent (and so not retryable); returns itself."""
+        self.permanent = True
+        self.retryable = False
+        return self
 
 
 class SandboxError(InfraError):

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from ..engine.store import Store
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, StoreError, is_permanent_error
 from ..schema import EpisodeStyle, JobKey, JobStatus, Task
 from .rollouts import Rollout, TaskInfo
 from .tables import (
@@ -38,6 +38,7 @@ class _EpisodeDetails(msgspec.Struct, kw_only=True, tag="episode", tag_field="ki
     turns: int = 0
     style: EpisodeStyle = EpisodeStyle()
     scripted: bool = False
+    error: str | None = None
 
 
 _FINAL = ("succeeded", "failed", "infra_error", "cancelled")
@@ -45,13 +46,18 @@ _FINAL = ("succeeded", "failed", "infra_error", "cancelled")
 
 def store_rollouts(store: Store, *, stage: str = "discover") -> list[Rollout]:
     """Every finished episode of ``stage`` as a :class:`Rollout` (pending ones are not
-    rollouts yet). ``harness`` is the key's harness: for ``execute`` jobs, the source's."""
+    rollouts yet; a permanent error becomes an ungraded ``infra_error`` rollout).
+    ``harness`` is the key's harness: for ``execute`` jobs, the source's."""
     out: list[Rollout] = []
     for result in store.outputs(_EpisodeDetails, stage=stage, status=_FINAL, light=True):
         key = result.key
         status = result.status
         if status not in _FINAL:
             continue
+        if status == "failed" and is_permanent_error(result.error):
+            # The task's or the config's fault, stored `failed` so no resume retries it:
+            # never a sample. Counted apart with the other ungraded attempts.
+            status = "infra_error"
         out.append(
             Rollout(
                 task=key.task,

@@ -33,7 +33,7 @@ import msgspec
 from anyio.streams.memory import MemoryObjectSendStream
 
 from ..config import Config
-from ..errors import HarnessError, InfraError, RsrError, StoreError
+from ..errors import PERMANENT_PREFIX, HarnessError, InfraError, RsrError, StoreError
 from ..schema import EndReason, JobResult, JobStatus, kind_of
 from .jobs import Job, JobContext, JobRunner, _Meter
 from .limits import Limits
@@ -603,6 +603,12 @@ class Engine:
                 try:
                     result = await self._attempt(job, ctx, started)
                 except InfraError as exc:
+                    if exc.permanent:
+                        # The task's or the config's fault: another attempt (now or on
+                        # resume) fails the same way. Stored as a finished `failed` with
+                        # the cause first, so it is not rerun; never graded (errors.py).
+                        result = self._ended(job, ctx, started, "failed", "error", exc)
+                        break
                     if exc.retryable and attempt < self.config.engine.infra_retries and (
                         self._shutdown == "none"
                     ):
@@ -674,6 +680,8 @@ class Engine:
         error = None
         if exc is not None:
             error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, InfraError) and exc.permanent:
+                error = PERMANENT_PREFIX + error
             if not isinstance(exc, RsrError):  # a bug: keep where it happened
                 error += "\n" + "".join(traceback.format_exception(exc)[-6:])
         elif reason == "timeout":

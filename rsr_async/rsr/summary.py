@@ -1,7 +1,10 @@
 """The end-of-run summary: computed from the store, so it always agrees with it.
 
-Counts (episodes, solved tasks, pass@k, tokens, infrastructure errors) cover every job
-of the stage in the run directory, across resumes. Throughput (``wall_s``,
+Counts (episodes, solved tasks, pass@k, tokens, infrastructure errors, permanent errors)
+cover every job of the stage in the run directory, across resumes. A permanent error (the
+task's or the config's fault, :func:`~rsr_async.errors.is_permanent_error`) is stored as
+``failed`` but is no verdict on the model: it is counted and named apart, never in
+``failed``, pass@k or the models' graded episodes. Throughput (``wall_s``,
 ``episodes_per_min``, ``peak_sandboxes``) covers this invocation only.
 """
 
@@ -15,7 +18,8 @@ from typing import Any
 import msgspec
 
 from ..analysis.passk import mean_pass_at_k
-from ..engine.store import Store
+from ..engine.store import JobRow, Store
+from ..errors import PERMANENT_PREFIX, is_permanent_error
 from ..schema import Usage
 
 __all__ = ["HarnessSummary", "RunSummary", "render_summary", "summarise", "write_summary"]
@@ -32,6 +36,8 @@ class HarnessSummary(msgspec.Struct, frozen=True, kw_only=True):
     pass_at_1: float
     pass_at_k: float
     pass_at_k_tasks: int
+    permanent_errors: int = 0
+    """Episodes ended by the task's or the config's fault (not graded, not retried)."""
 
 
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +54,7 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Jobs of the stage with a final status (succeeded, failed, infra_error, cancelled)."""
     succeeded: int
     failed: int
+    """Graded episodes the model failed (permanent errors are not among them)."""
     infra_errors: int
     cancelled: int
     pending: int
@@ -80,6 +87,12 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Set when no episode of the stage was graded (none succeeded or failed): why, e.g.
     ``no episode finished: 36 infra errors (first: ...)``. The pass@ figures are then
     meaningless (they average over no task) and readers should show this instead."""
+    permanent_errors: int = 0
+    """Episodes ended by a permanent error: the task's or the config's fault (a bad image
+    reference, a Dockerfile that fails to build). Never retried, not even on resume, never
+    graded: fix the task, then run it in a new run directory."""
+    permanent_error_tasks: dict[str, str] = msgspec.field(default_factory=dict)
+    """Task → the first permanent error of its episodes (the cause, without the prefix)."""
     pipeline: dict[str, Any] | None = None
     """The rewrite pipeline's figures (:func:`~rsr_async.rsr.figures.pipeline_figures`)
     when ``run`` ran stages after discover."""
@@ -100,7 +113,11 @@ def summarise(
     counts = store.counts(stage=stage)
     per_task: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     names = set(tasks)
+    permanent: list[JobRow] = []
     for row in store.rows(stage=stage, status=("succeeded", "failed")):
+        if row.status == "failed" and is_permanent_error(row.error):
+            permanent.append(row)  # not a sample: the model never had its chance
+            continue
         if row.task not in names:
             continue
         entry = per_task[(row.task, row.harness)]
@@ -112,7 +129,11 @@ def summarise(
     scripted = 0
     for result in store.results(stage=stage):
         usage = usage + result.usage
-        if result.status in ("succeeded", "failed") and result.key.task in names:
+        if (
+            result.status in ("succeeded", "failed")
+            and result.key.task in names
+            and not is_permanent_error(result.error)
+        ):
             models[result.model] += 1
             scripted += result.scripted
     k = max(1, attempts)
@@ -122,6 +143,7 @@ def summarise(
     for row in store.rows(stage=stage):
         if row.task in names and row.status in ("succeeded", "failed", "infra_error", "cancelled"):
             finals[row.harness][row.status] += 1
+            finals[row.harness]["permanent"] += is_permanent_error(row.error)
     harnesses: dict[str, HarnessSummary] = {}
     for harness in sorted({h for _, h in per_task} | set(finals)):
         mine = {t: nc for (t, h), nc in per_task.items() if h == harness}
@@ -134,10 +156,14 @@ def summarise(
             pass_at_1=mean_pass_at_k(own_pairs, 1),
             pass_at_k=mean_pass_at_k(own_pairs, k),
             pass_at_k_tasks=len(own_pairs),
+            permanent_errors=finals[harness]["permanent"],
         )
-    graded = counts["succeeded"] + counts["failed"]
+    causes: dict[str, str] = {}
+    for row in permanent:
+        causes.setdefault(row.task, (row.error or "").removeprefix(PERMANENT_PREFIX)[:500])
+    graded = counts["succeeded"] + counts["failed"] - len(permanent)
     return RunSummary(
-        nothing_finished=None if graded else _why_nothing_finished(store, stage, counts),
+        nothing_finished=None if graded else _why_nothing_finished(store, stage, counts, permanent),
         stage=stage,
         model=model,
         scripted_model=scripted_model,
@@ -145,7 +171,7 @@ def summarise(
         attempts=attempts,
         episodes=final,
         succeeded=counts["succeeded"],
-        failed=counts["failed"],
+        failed=counts["failed"] - len(permanent),
         infra_errors=counts["infra_error"],
         cancelled=counts["cancelled"],
         pending=counts["pending"] + counts["running"],
@@ -166,6 +192,8 @@ def summarise(
         scripted_episodes=scripted,
         harnesses=harnesses,
         union_solved=sorted(solved),
+        permanent_errors=len(permanent),
+        permanent_error_tasks=dict(sorted(causes.items())),
     )
 
 
@@ -173,9 +201,15 @@ _ERROR_CHARS = 300
 """How much of the first error's message the summary quotes."""
 
 
-def _why_nothing_finished(store: Store, stage: str, counts: dict[str, int]) -> str:
+def _why_nothing_finished(
+    store: Store, stage: str, counts: dict[str, int], permanent: Sequence[JobRow] = ()
+) -> str:
     """``no episode finished: 36 infra errors (first: ...), 2 cancelled``."""
     parts: list[str] = []
+    if permanent:
+        first_error = " ".join((permanent[0].error or "").split())[:300]
+        parts.append(f"{len(permanent)} permanent error{'s' if len(permanent) > 1 else ''}"
+                     f" (first: {first_error})")
     for status, name in (("infra_error", "infra error"), ("cancelled", "cancelled"),
                          ("pending", "pending"), ("running", "running")):
         n = counts.get(status, 0)
@@ -227,6 +261,7 @@ def render_summary(summary: RunSummary) -> object:
         ("models (graded episodes)", _models_text(summary.models)),
         ("scripted stand-in episodes", f"{summary.scripted_episodes} / {sum(summary.models.values())}"),
         ("infrastructure errors", f"{summary.infra_errors}"),
+        ("permanent errors (task/config)", _permanent_text(summary)),
         ("cancelled / unfinished", f"{summary.cancelled} / {summary.pending}"),
     ]
     for name, value in rows:
@@ -240,3 +275,13 @@ def _models_text(models: dict[str, int]) -> str:
     if not models:
         return "-"
     return ", ".join(f"{name or 'unrecorded'} × {count}" for name, count in models.items())
+
+
+def _permanent_text(summary: RunSummary) -> str:
+    """The count, then each task with its cause's first line (never retried, never graded)."""
+    if not summary.permanent_errors:
+        return "0"
+    lines = [f"{summary.permanent_errors} (not graded, not retried: fix the task)"]
+    for task, cause in summary.permanent_error_tasks.items():
+        lines.append(f"{task}: {cause.splitlines()[0][:160] if cause else '?'}")
+    return "\n".join(lines)

@@ -51,7 +51,8 @@ def main(args: argparse.Namespace) -> int:
             verdict = "would remove" if item.removable else "kept"
         else:
             verdict = "removed" if item.removed else "kept"
-        print(f"{item.id[:12]}  run={item.run}  episode={item.episode}  {item.state}  "
+        warm = f"  prewarmed(slot={item.warm_slot})" if item.warm_slot else ""
+        print(f"{item.id[:12]}  run={item.run}  episode={item.episode}{warm}  {item.state}  "
               f"{item.url}  {verdict}")
     removed = sum(item.removed for item in found)
     if args.action == "gc":

@@ -7,6 +7,7 @@ import posixpath
 import shutil
 import tarfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,17 +25,41 @@ from .shell import DockerShell
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-__all__ = ["ContainerState", "DockerSandbox", "docker_errors"]
+__all__ = ["ContainerState", "DockerSandbox", "docker_errors", "permanent_status"]
 
 _RUN_OUTPUT_KEEP = 1 << 20
 """``run`` keeps the first and last MiB of output: verifier logs are never larger."""
 _KILL_GRACE_S = 5
+_STAGE_DIR = "/var/tmp/.rsr-upload"
+"""Where uploads bound for a tmpfs mount wait for their copy into place (not a tmpfs)."""
 """After its time limit a command gets SIGTERM, then SIGKILL this many seconds later."""
 
 
+_TRANSIENT_4XX = frozenset({404, 408, 409, 429})
+"""4xx answers another attempt may fix: gone, timed out, busy/conflict, throttled."""
+
+
+def permanent_status(status: int) -> bool:
+    """Whether Docker's HTTP ``status`` means our request itself is wrong (a bad image
+    reference, a config Docker refuses): another attempt sends the same request."""
+    return 400 <= status < 500 and status not in _TRANSIENT_4XX
+
+
 @contextmanager
-def docker_errors(what: str, *, url: str = "") -> Iterator[None]:
-    """Map aiodocker/aiohttp failures of ``what`` to the engine's sandbox errors."""
+def docker_errors(
+    what: str,
+    *,
+    url: str = "",
+    permanent_4xx: bool = False,
+    error: type[SandboxError] = ContainerError,
+) -> Iterator[None]:
+    """Map aiodocker/aiohttp failures of ``what`` to the engine's sandbox errors.
+
+    With ``permanent_4xx`` (creating or starting a container, building or inspecting an
+    image) a 4xx other than 404/408/409/429 is the task's or the config's fault: the
+    error (of type ``error``) is marked permanent and is never retried. 5xx, timeouts
+    and connection failures stay transient.
+    """
     try:
         yield
     except aiodocker.DockerError as exc:
@@ -43,7 +68,10 @@ def docker_errors(what: str, *, url: str = "") -> Iterator[None]:
                 f"{what}: Docker daemon unreachable at {url or 'its URL'}: {exc.message}; "
                 "is dockerd running and the URL in sandbox.docker_urls right?"
             ) from exc
-        raise ContainerError(f"{what}: Docker said {exc.status}: {exc.message}") from exc
+        mapped = error(f"{what}: Docker said {exc.status}: {exc.message}")
+        if permanent_4xx and permanent_status(exc.status):
+            raise mapped.as_permanent() from exc
+        raise mapped from exc
     except (aiohttp.ClientError, ConnectionError) as exc:
         raise DockerUnavailableError(
             f"{what}: Docker daemon unreachable at {url or 'its URL'}: {exc}"
@@ -81,8 +109,10 @@ class DockerSandbox:
         workdir: str | None,
         memory_mb: int = 0,
         quiet_s: float = 0.05,
+        tmpfs: tuple[str, ...] = (),
     ) -> None:
         self._container = container
+        self._tmpfs = tmpfs
         self._quiet = quiet_s
         self._memory_mb = memory_mb
         self._oom_seen = 0
@@ -272,20 +302,26 @@ class DockerSandbox:
         if not local.exists():
             raise SandboxError(f"{self.name}: upload source {local} does not exist")
         remote = posixpath.normpath(remote if remote.startswith("/") else "/" + remote)
-        data = await anyio.to_thread.run_sync(_tar_of, local, remote.lstrip("/"))
+        stage = self._stage_for(remote)
+        target = remote if stage is None else f"{stage}/{posixpath.basename(remote)}"
+        data = await anyio.to_thread.run_sync(_tar_of, local, target.lstrip("/"))
         with docker_errors(f"{self.name}: upload to {remote}", url=self._url), anyio.fail_after(
             self._api_timeout
         ):
             # Docker creates missing parent directories while extracting at "/".
             await self._container.put_archive("/", data)  # type: ignore[no-untyped-call]
+        if stage is not None:
+            await self._unstage(stage, target, remote)
 
     async def write_file(self, remote: str, data: bytes | str, *, mode: int = 0o644) -> None:
         """Create ``remote`` (and its parent directories) holding ``data``."""
         payload = data.encode() if isinstance(data, str) else data
         remote = posixpath.normpath(remote if remote.startswith("/") else "/" + remote)
+        stage = self._stage_for(remote)
+        target = remote if stage is None else f"{stage}/{posixpath.basename(remote)}"
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
-            info = tarfile.TarInfo(remote.lstrip("/"))
+            info = tarfile.TarInfo(target.lstrip("/"))
             info.size = len(payload)
             info.mode = mode
             info.mtime = int(time.time())
@@ -294,6 +330,33 @@ class DockerSandbox:
             self._api_timeout
         ):
             await self._container.put_archive("/", buffer.getvalue())  # type: ignore[no-untyped-call]
+        if stage is not None:
+            await self._unstage(stage, target, remote)
+
+    def _stage_for(self, remote: str) -> str | None:
+        """A staging directory when ``remote`` lies on a tmpfs mount, else None.
+
+        Docker's archive API writes under a container's tmpfs mounts into the layer
+        beneath them, where no process inside sees the files; they are put in a staging
+        directory instead and copied into place from inside (:meth:`_unstage`)."""
+        if not any(remote == m or remote.startswith(m.rstrip("/") + "/") for m in self._tmpfs):
+            return None
+        return f"{_STAGE_DIR}/{uuid.uuid4().hex[:12]}"
+
+    async def _unstage(self, stage: str, staged: str, remote: str) -> None:
+        script = (  # the staged copy goes whatever happens: it must not fill the disk
+            '{ mkdir -p "$(dirname "$2")" && if [ -d "$1" ]; then mkdir -p "$2" && '
+            'cp -a "$1/." "$2/"; else cp -a "$1" "$2"; fi; }; rc=$?; rm -rf "$3"; '
+            'rmdir "$(dirname "$3")" 2>/dev/null; exit $rc'
+        )
+        code, output = await self._exec_once(
+            ["sh", "-c", script, "sh", staged, remote, stage], env={}, workdir=None, deadline_s=120
+        )
+        if code != 0:
+            raise SandboxError(
+                f"{self.name}: copying an upload into tmpfs {remote} failed (exit {code}): "
+                f"{output[-500:]}; is the tmpfs full (the task's storage_mb)?"
+            )
 
     async def download(self, remote: str, local: Path) -> None:
         """Copy ``remote`` (file or directory) to ``local``; FileNotFoundError if absent."""

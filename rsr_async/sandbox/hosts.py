@@ -11,7 +11,10 @@ import anyio
 from ..errors import DockerUnavailableError
 from .container import docker_errors
 
-__all__ = ["DockerHost", "open_client"]
+__all__ = ["QUOTA_DRIVERS", "DockerHost", "open_client"]
+
+QUOTA_DRIVERS = frozenset({"devicemapper", "btrfs", "zfs"})
+"""Storage drivers that always take ``StorageOpt size`` (overlay2 does on xfs + pquota)."""
 
 
 def open_client(url: str) -> tuple[aiodocker.Docker, aiohttp.BaseConnector]:
@@ -44,6 +47,12 @@ class DockerHost:
         self._interval = 1.0 / starts_per_s
         self._next_start = 0.0
         self._starting = anyio.Semaphore(max(1, max_concurrent_starts))
+        self.storage_driver = ""
+        """The daemon's storage driver (``docker info``), once :meth:`probe_storage` ran."""
+        self.storage_quota = False
+        """Whether containers here can get a disk quota (``StorageOpt size``)."""
+        self.quota_warned = False
+        """The pool said once that this host cannot apply ``storage_mb``."""
 
     async def check(self, timeout_s: float) -> None:
         """Fail fast with DockerUnavailableError when the daemon does not answer."""
@@ -58,6 +67,21 @@ class DockerHost:
             raise DockerUnavailableError(
                 f"Docker host {self.url} is unusable: {exc}; check sandbox.docker_urls"
             ) from exc
+
+    async def probe_storage(self, timeout_s: float) -> None:
+        """Learn the daemon's storage driver, and whether it can cap a container's disk.
+
+        ``HostConfig.StorageOpt`` ``size`` works on devicemapper, btrfs, zfs and on
+        overlay2 over xfs mounted with ``pquota`` (the mount option cannot be seen from
+        the API: a refused create clears :attr:`storage_quota`, see the pool)."""
+        with docker_errors(f"Docker host {self.url}: info", url=self.url), anyio.fail_after(timeout_s):
+            info = await self.docker.system.info()
+        self.storage_driver = str(info.get("Driver", "") or "")
+        status = {str(k): str(v) for k, v in (info.get("DriverStatus") or [])}
+        backing = status.get("Backing Filesystem", "")
+        self.storage_quota = self.storage_driver in QUOTA_DRIVERS or (
+            self.storage_driver == "overlay2" and backing == "xfs"
+        )
 
     async def start_slot(self) -> anyio.Semaphore:
         """Wait for this host's start rate, then return the held concurrency semaphore.

@@ -31,7 +31,7 @@ from yarl import URL
 from ..config import SandboxConfig
 from ..errors import DockerUnavailableError, ImageBuildError, ImageError
 from ..schema import Task
-from .container import docker_errors
+from .container import docker_errors, permanent_status
 from .hosts import open_client
 
 __all__ = [
@@ -75,7 +75,8 @@ async def image_id(docker: aiodocker.Docker, name: str, *, timeout_s: float) -> 
     except aiodocker.DockerError as exc:
         if exc.status == 404:
             return None
-        with docker_errors(f"inspect image {name}"):
+        # A 400 is a malformed reference (`UPPER/Case:bad tag`): no attempt can fix it.
+        with docker_errors(f"inspect image {name}", permanent_4xx=True, error=ImageError):
             raise
     return str(info["Id"])
 
@@ -392,18 +393,34 @@ async def build_task_image(
         hint = ""
         if "BASE_IMAGE" not in dockerfile.read_text(errors="replace"):
             hint = " (no registry here: the Dockerfile should start `ARG BASE_IMAGE` / `FROM ${BASE_IMAGE}`)"
-        raise ImageBuildError(
+        error = ImageBuildError(
             f"task {task.name!r}: image build failed: {exc.message}{hint}; "
             f"last output:\n{log[-_LOG_TAIL:]}",
             log=log,
-        ) from exc
+        )
+        if _build_failed_by_dockerfile(exc):
+            raise error.as_permanent() from exc
+        error.retryable = True  # the daemon failed us (5xx): another attempt may build
+        raise error from exc
     await _save_log(log_dir, tag, "".join(lines))
     return tag, True
 
 
 def _not_retryable(error: ImageError) -> ImageError:
-    error.retryable = False  # a missing file stays missing on the next attempt
-    return error
+    return error.as_permanent()  # a missing file stays missing on the next attempt
+
+
+_DAEMON_TROUBLE = ("no space left on device", "connection reset", "i/o timeout")
+"""Words of a build's stream error that say the host failed, not the Dockerfile."""
+
+
+def _build_failed_by_dockerfile(exc: aiodocker.DockerError) -> bool:
+    """A build error that is the task's fault: a step that failed or a Dockerfile Docker
+    refused (a stream error, HTTP 200 then ``error``; or a 4xx). A 5xx, or a stream error
+    naming the host's trouble, may pass on another attempt."""
+    if any(word in str(exc.message).lower() for word in _DAEMON_TROUBLE):
+        return False
+    return exc.status == 0 or permanent_status(exc.status)
 
 
 async def _save_log(log_dir: Path | None, tag: str, log: str) -> None:

@@ -3,14 +3,22 @@
 Containers carry labels saying whose they are (run id, episode key, owner process and
 host, run directory), so a start-up sweep or ``sandbox gc`` can remove leftovers whose
 owner is provably gone and never touch another live run's.
+
+A prewarmed container is started before any episode exists and Docker cannot relabel it,
+so it is labelled ``rsr_async.episode=warm`` plus a slot id (:data:`LABEL_WARM`); when an
+episode takes it, the pool appends ``{container, slot, episode, at}`` to the run
+directory's :data:`CLAIMS_NAME` before the episode starts, and :func:`sweep` (so
+``sandbox ls`` and ``gc``) reports the claiming episode from there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import socket
+import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
@@ -26,21 +34,26 @@ import msgspec
 from ..config import SandboxConfig
 from ..errors import ContainerError, DockerUnavailableError, ImageError, SandboxError
 from ..schema import Task
-from .container import DockerSandbox, docker_errors
+from .container import DockerSandbox, docker_errors, permanent_status
 from .hosts import DockerHost, open_client
 from .images import BuildOnce, build_task_image, image_id
 
 __all__ = [
+    "CLAIMS_NAME",
     "LABEL_EPISODE",
     "LABEL_RUN",
     "LABEL_SNAPSHOT",
+    "LABEL_WARM",
     "SNAPSHOT_REPOSITORY",
     "LeftoverContainer",
     "SandboxPool",
     "SandboxStats",
     "owner_gone",
+    "read_claims",
     "sweep",
 ]
+
+log = logging.getLogger(__name__)
 
 LABEL_RUN = "rsr_async.run"
 LABEL_EPISODE = "rsr_async.episode"
@@ -56,6 +69,17 @@ LABEL_POOL = "rsr_async.pool"
 """A random id per :class:`SandboxPool`: its exit sweep touches only its own containers."""
 LOCK_NAME = "sandbox.lock"
 """Held (flock) by a live pool in its run directory: a free lock proves the owner gone."""
+TMPFS_PATH = "/tmp"
+"""Where ``storage_mb`` is enforced as a tmpfs when the storage driver has no quota."""
+LABEL_WARM = "rsr_async.warm"
+"""On a container :meth:`SandboxPool.prewarm` started: its slot id. Docker cannot change
+the labels of a container, so a prewarmed one keeps ``rsr_async.episode=warm`` for life;
+which episode claimed it is in the run directory's :data:`CLAIMS_NAME`, keyed by
+container id, and :func:`sweep` (so ``sandbox ls``/``gc``) reads it from there."""
+WARM_EPISODE = "warm"
+"""The episode label of a prewarmed container (it has no episode when it starts)."""
+CLAIMS_NAME = "sandbox-claims.jsonl"
+"""One JSON line per prewarmed container an episode took: container, slot, episode, at."""
 
 _CAPABILITIES = [
     "CHOWN",
@@ -140,6 +164,9 @@ class LeftoverContainer(msgspec.Struct, frozen=True, kw_only=True):
     run: str
     episode: str
     state: str
+    warm_slot: str = ""
+    """Set on a prewarmed container: its slot; ``episode`` then comes from the run
+    directory's claims (``warm (unclaimed)`` when no episode took it yet)."""
     removable: bool
     """Safe to remove: the owner is provably gone, or the run was named."""
     removed: bool
@@ -161,6 +188,7 @@ async def sweep(
     """
     found: list[LeftoverContainer] = []
     me = owner_label()
+    claims: dict[str, dict[str, str]] = {}
     for url in urls:
         docker, connector = open_client(url)
         try:
@@ -170,6 +198,14 @@ async def sweep(
                 )
             for item in containers:
                 labels: dict[str, str] = item._container.get("Labels") or {}
+                episode = labels.get(LABEL_EPISODE, "")
+                slot = labels.get(LABEL_WARM, "")
+                if slot:
+                    run_dir = labels.get(LABEL_RUN_DIR, "")
+                    if run_dir not in claims:
+                        claims[run_dir] = await anyio.to_thread.run_sync(read_claims, run_dir)
+                    unknown = "unclaimed" if run_dir else "no run directory to record a claim"
+                    episode = claims[run_dir].get(item.id, f"{WARM_EPISODE} ({unknown})")
                 run = labels.get(LABEL_RUN, "")
                 same_run = run_id is not None and run == run_id
                 remove = owner_gone(labels) or (
@@ -182,8 +218,9 @@ async def sweep(
                         url=url,
                         id=item.id,
                         run=run,
-                        episode=labels.get(LABEL_EPISODE, ""),
+                        episode=episode,
                         state=str(item._container.get("State", "")),
+                        warm_slot=slot,
                         removable=remove,
                         removed=remove and not dry_run,
                     )
@@ -194,6 +231,36 @@ async def sweep(
             await docker.close()
             await connector.close()
     return found
+
+
+class _Claim(msgspec.Struct, frozen=True, kw_only=True):
+    container: str
+    slot: str
+    episode: str
+    at: float
+
+
+_claim_decoder = msgspec.json.Decoder(_Claim)
+
+
+def read_claims(run_dir: str | Path) -> dict[str, str]:
+    """``container id → episode key`` of the prewarmed containers episodes took, from
+    ``run_dir``'s :data:`CLAIMS_NAME` (empty when it is absent or unreadable; a line cut
+    off by a crash is skipped)."""
+    if not run_dir:
+        return {}
+    try:
+        lines = (Path(run_dir) / CLAIMS_NAME).read_bytes().splitlines()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in lines:
+        try:
+            claim = _claim_decoder.decode(line)
+        except msgspec.DecodeError:
+            continue
+        out[claim.container] = claim.episode
+    return out
 
 
 async def _sweep_snapshots(docker: aiodocker.Docker, run_id: str | None, *, timeout_s: float) -> None:
@@ -259,6 +326,12 @@ class SandboxPool:
         self._builds = BuildOnce()
         self._warm: dict[tuple[str, str, str], deque[aiodocker.docker.DockerContainer]] = {}
         """Started ahead of demand by :meth:`prewarm`, per (host, task, image)."""
+        self._warm_slots: dict[str, str] = {}
+        """Container id → slot id of the prewarmed containers no episode took yet."""
+        self._tmpfs: dict[str, tuple[str, ...]] = {}
+        """Container id → its tmpfs mount points (uploads there go through an exec)."""
+        self._claims: dict[str, str] = {}
+        """Container id → episode key of the prewarmed containers episodes took."""
         self._lock_file: Any = None
         self._build_limiter = anyio.Semaphore(max(1, config.build_concurrency))
         self._started = 0
@@ -282,6 +355,7 @@ class SandboxPool:
                 )
             for host in self._hosts:
                 await host.check(min(self.config.api_timeout_s, 15.0))
+                await host.probe_storage(min(self.config.api_timeout_s, 15.0))
             if self.run_dir is not None:
                 await anyio.to_thread.run_sync(self._take_lock)
             await sweep(
@@ -335,6 +409,7 @@ class SandboxPool:
             workdir=task.workdir,
             memory_mb=task.memory_mb or self.config.default_memory_mb,
             quiet_s=self.config.shell_quiet_s,
+            tmpfs=self._tmpfs.get(str(container.id), ()),
         )
 
     async def _sweep_own(self) -> None:
@@ -416,17 +491,20 @@ class SandboxPool:
 
     async def _ensure_on(self, host: DockerHost, task: Task) -> str:
         timeout = self.config.api_timeout_s
+        # A 400 here is a malformed reference (e.g. `UPPER/Case:bad tag`): the task's fault.
+        where = f"task {task.name!r}: image {task.docker_image}"
         if task.docker_image and not task.environment_dir:
-            with docker_errors(f"task {task.name!r}: image", url=host.url):
+            with docker_errors(where, url=host.url, permanent_4xx=True, error=ImageError):
                 present = await image_id(host.docker, task.docker_image, timeout_s=timeout)
             if present is None:
+                # Nothing is ever pulled here, so no later attempt finds it either.
                 raise ImageError(
                     f"task {task.name!r}: image {task.docker_image} is not on {host.url} and "
                     "no registry is reachable; build or load it, or give the task an environment/"
-                )
+                ).as_permanent()
             return task.docker_image
         if task.docker_image:
-            with docker_errors(f"task {task.name!r}: image", url=host.url):
+            with docker_errors(where, url=host.url, permanent_4xx=True, error=ImageError):
                 if await image_id(host.docker, task.docker_image, timeout_s=timeout):
                     return task.docker_image
         key = f"{host.url}\0{task.name}\0{task.environment_dir}"
@@ -497,9 +575,19 @@ class SandboxPool:
         return config
 
     async def _start(
-        self, host: DockerHost, task: Task, image: str, key: str, *, snapshot_of: str | None = None
+        self,
+        host: DockerHost,
+        task: Task,
+        image: str,
+        key: str,
+        *,
+        snapshot_of: str | None = None,
+        warm_slot: str | None = None,
     ) -> Any:
         config = self._container_config(task, image, key, snapshot_of)
+        if warm_slot is not None:
+            config["Labels"][LABEL_WARM] = warm_slot
+        self._limit_storage(config, host, task)
         where = f"task {task.name!r} (episode {key})"
         slot = await host.start_slot()
         container_id: str | None = None
@@ -508,9 +596,19 @@ class SandboxPool:
             # Shielded: a create the daemon finishes after we stopped listening would be
             # a container nobody knows the id of.
             with anyio.CancelScope(shield=True), anyio.fail_after(self.config.api_timeout_s):
-                created = await host.docker.containers.create(config)
+                try:
+                    created = await host.docker.containers.create(config)
+                except aiodocker.DockerError as exc:
+                    # overlay2 on xfs without `pquota` refuses the quota: fall back.
+                    if "StorageOpt" not in config["HostConfig"] or "storage" not in exc.message.lower():
+                        raise
+                    host.storage_quota = False
+                    del config["HostConfig"]["StorageOpt"]
+                    self._limit_storage(config, host, task, refused=exc.message)
+                    created = await host.docker.containers.create(config)
                 container_id = str(created.id)
                 self._containers[container_id] = (host, key)
+                self._tmpfs[container_id] = tuple(config["HostConfig"].get("Tmpfs") or ())
             with anyio.fail_after(self.config.api_timeout_s):
                 await created.start()
         except BaseException as exc:
@@ -526,7 +624,12 @@ class SandboxPool:
                     ) from exc
                 if exc.status == 404:
                     raise ImageError(f"{where}: image {image} not found on {host.url}") from exc
-                raise ContainerError(f"{where}: container start failed: {exc.message}") from exc
+                failed = ContainerError(
+                    f"{where}: container start failed: Docker said {exc.status}: {exc.message}"
+                )
+                if permanent_status(exc.status):  # Docker refuses this config: always will
+                    raise failed.as_permanent() from exc
+                raise failed from exc
             if isinstance(exc, TimeoutError):
                 raise ContainerError(
                     f"{where}: container start took over {self.config.api_timeout_s:.0f} s"
@@ -538,10 +641,41 @@ class SandboxPool:
         self._peak = max(self._peak, sum(h.live for h in self._hosts))
         return created
 
+    def _limit_storage(
+        self, config: dict[str, Any], host: DockerHost, task: Task, *, refused: str = ""
+    ) -> None:
+        """Apply the task's ``storage_mb``: a disk quota where the storage driver has one,
+        else a size-limited tmpfs on ``/tmp`` (said once per host, naming the driver)."""
+        if not task.storage_mb:
+            return
+        if host.storage_quota:
+            config["HostConfig"]["StorageOpt"] = {"size": f"{task.storage_mb}M"}
+            return
+        # tmpfs pages count against the memory limit: at half of it, a full /tmp is
+        # "No space left on device" (what a full disk says), not an OOM kill.
+        memory_mb = task.memory_mb or self.config.default_memory_mb
+        size_mb = max(1, min(task.storage_mb, memory_mb // 2))
+        config["HostConfig"]["Tmpfs"] = {
+            TMPFS_PATH: f"rw,nosuid,nodev,exec,mode=1777,size={size_mb}m"
+        }
+        if not host.quota_warned:
+            host.quota_warned = True
+            why = f" (it refused: {refused})" if refused else ""
+            log.warning(
+                "Docker on %s uses storage driver %r, which cannot cap a container's disk%s "
+                "(StorageOpt size needs overlay2 on xfs with pquota, devicemapper, btrfs or "
+                "zfs): a task's storage_mb is enforced only on %s, as a tmpfs of min(storage_mb, "
+                "memory_mb/2) MiB; writes elsewhere in the container are not limited",
+                host.url, host.storage_driver or "unknown", why, TMPFS_PATH,
+            )
+
     async def _discard(self, host: DockerHost, container_id: str) -> None:
         """Remove one container we started (shielded: it must go even on cancellation)."""
         with anyio.CancelScope(shield=True):
             ok = await _remove(host.docker, container_id, timeout_s=self.config.api_timeout_s)
+        self._claims.pop(container_id, None)
+        self._warm_slots.pop(container_id, None)
+        self._tmpfs.pop(container_id, None)
         if self._containers.pop(container_id, None) is not None:
             host.live -= 1
         if ok:
@@ -561,6 +695,11 @@ class SandboxPool:
             host.live += 1
             self._containers[container.id] = (host, key)
             self._peak = max(self._peak, sum(h.live for h in self._hosts))
+            try:
+                await self._record_claim(container, key)
+            except BaseException:
+                await self._discard(host, container.id)
+                raise
         if container is None:
             container = await self._start(host, task, image, key)
         error: BaseException | None = None
@@ -624,6 +763,32 @@ class SandboxPool:
                 if exc.status != 404:
                     self._remove_failures += 1
 
+    async def _record_claim(self, container: Any, key: str) -> None:
+        """Say, before the episode starts, which episode took a prewarmed container: its
+        labels cannot (Docker fixes them at create), the run directory's claims can."""
+        slot = self._warm_slots.pop(container.id, "")
+        self._claims[container.id] = key
+        if self.run_dir is None:
+            return
+        line = msgspec.json.encode(
+            _Claim(container=container.id, slot=slot, episode=key, at=time.time())
+        )
+        path = self.run_dir / CLAIMS_NAME
+
+        def append() -> None:
+            with open(path, "ab") as fh:  # one short write: lines of racing claims stay whole
+                fh.write(line + b"\n")
+
+        await anyio.to_thread.run_sync(append)
+
+    def episode_of(self, container_id: str) -> str | None:
+        """The episode key a container of this pool serves (a prewarmed one: the episode
+        that claimed it); None for one it does not know or an unclaimed warm one."""
+        if container_id in self._claims:
+            return self._claims[container_id]
+        entry = self._containers.get(container_id)
+        return None if entry is None else entry[1]
+
     async def prewarm(self, task: Task, count: int | None = None) -> int:
         """Start ``count`` (default ``sandbox.warm_pool``) containers of ``task``'s image ahead
         of demand; :meth:`sandbox` takes them first. Call it from the engine's task group."""
@@ -632,7 +797,9 @@ class SandboxPool:
         for _ in range(count):
             host = self._host_for()
             image = await self._ensure_on(host, task)
-            container = await self._start(host, task, image, "warm")
+            slot = uuid.uuid4().hex[:12]
+            container = await self._start(host, task, image, WARM_EPISODE, warm_slot=slot)
+            self._warm_slots[container.id] = slot
             self._containers.pop(container.id, None)
             host.live -= 1
             self._warm.setdefault((host.url, task.name, image), deque()).append(container)

@@ -408,8 +408,9 @@ def retry_span_s(llm: LLMConfig) -> float:
 
 def _check_retry_budget(llm: LLMConfig, source: str) -> None:
     # Loaded configs only: tests build LLMConfig directly with tiny backoffs on purpose.
+    # With no retries (llm.max_retries = 0, fail fast) there is no budget to agree with.
     span = retry_span_s(llm)
-    if llm.breaker_reset_s > span:
+    if llm.max_retries > 0 and llm.breaker_reset_s > span:
         raise ConfigError(
             f"{source}: llm.breaker_reset_s={llm.breaker_reset_s} outlasts the retry budget "
             f"(at least {span:.2f} s from llm.max_retries={llm.max_retries}, "

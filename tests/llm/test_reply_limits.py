@@ -15,7 +15,8 @@ import anyio
 import httpx
 import pytest
 
-from rsr_async.config import LLMConfig
+from rsr_async.config import LLMConfig, load_config
+from rsr_async.errors import ConfigError
 from rsr_async.llm import SGLangClient
 
 BIG = 30 * 1024 * 1024
@@ -161,5 +162,5 @@ async def test_large_reply_under_the_cap_is_decoded_off_the_loop(server: str) ->
 
 def test_max_reply_bytes_is_documented_and_checked() -> None:
     assert LLMConfig().max_reply_bytes == 4 * 1024 * 1024
-    with pytest.raises(ValueError, match="max_reply_bytes"):
-        LLMConfig(max_reply_bytes=0)
+    with pytest.raises(ConfigError, match="llm.max_reply_bytes: expected an integer >= 1"):
+        load_config(overrides=["llm.max_reply_bytes=0"])

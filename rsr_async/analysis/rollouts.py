@@ -25,7 +25,7 @@ The JSONL schema, one object per line (only the first four keys are required)::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -39,11 +39,8 @@ __all__ = [
     "Rollout",
     "RolloutStatus",
     "TaskInfo",
-    "by_task_harness",
-    "iter_graded",
     "read_results_jsonl",
     "rollout_from_reward",
-    "task_infos",
 ]
 
 RolloutStatus = Literal["succeeded", "failed", "infra_error", "cancelled"]
@@ -199,22 +196,3 @@ def _check_row(row: _ResultRow, where: str) -> None:
             raise TaskError(f"{where}: `{name}` must be a finite number, got {value}")
     if row.turns is not None and row.turns < 0:
         raise TaskError(f"{where}: `turns` must be >= 0, got {row.turns}")
-
-
-def task_infos(names: Iterable[str], known: dict[str, TaskInfo]) -> dict[str, TaskInfo]:
-    """``known`` completed with an empty entry for every other name."""
-    return {name: known.get(name) or TaskInfo(name=name) for name in sorted(set(names) | set(known))}
-
-
-def by_task_harness(rollouts: Iterable[Rollout]) -> dict[tuple[str, str], list[Rollout]]:
-    """Rollouts grouped by (task, harness), each group ordered by attempt."""
-    groups: dict[tuple[str, str], list[Rollout]] = {}
-    for rollout in rollouts:
-        groups.setdefault((rollout.task, rollout.harness), []).append(rollout)
-    for group in groups.values():
-        group.sort(key=lambda r: r.attempt)
-    return groups
-
-
-def iter_graded(rollouts: Iterable[Rollout]) -> Iterator[Rollout]:
-    return (r for r in rollouts if r.graded)

@@ -13,18 +13,20 @@ import statistics
 from typing import Any
 
 from ..engine.store import Store
-from ..schema import AuditResult, CritiqueResult, PlanResult, Usage
+from ..schema import AuditResult, CritiqueResult, EpisodeResult, PlanResult, Usage
 
 __all__ = ["pipeline_figures", "render_figures"]
 
 
 def pipeline_figures(store: Store) -> dict[str, Any]:
     """Counts per stage of the RSR graph in this run directory."""
-    sources = list(store.results(stage="discover", status="succeeded"))
-    plans = list(store.outputs(PlanResult, stage="plan"))
-    critiques = list(store.outputs(CritiqueResult, stage="critique"))
-    executions = list(store.results(stage="execute"))
-    audits = list(store.outputs(AuditResult, stage="audit"))
+    # Light views: counts, statuses, verdicts, turns and usage only, so no trajectory or
+    # raw reply of the whole run is inflated to compute them.
+    sources = list(store.outputs(EpisodeResult, stage="discover", status="succeeded", light=True))
+    plans = list(store.outputs(PlanResult, stage="plan", light=True))
+    critiques = list(store.outputs(CritiqueResult, stage="critique", light=True))
+    executions = list(store.outputs(EpisodeResult, stage="execute", light=True))
+    audits = list(store.outputs(AuditResult, stage="audit", light=True))
 
     finished = [e for e in executions if e.status in ("succeeded", "failed")]
     passed = [e for e in finished if e.status == "succeeded"]

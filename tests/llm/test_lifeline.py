@@ -66,20 +66,25 @@ def _fd_targets(pid: int) -> list[str]:
     return targets
 
 
-def _listening_ports(pid: int) -> set[int]:
-    """TCP ports that ``pid`` listens on (its socket inodes in LISTEN state)."""
-    inodes = {t[8:-1] for t in _fd_targets(pid) if t.startswith("socket:[")}
-    ports = set()
+def _listen_table(root: str = "/proc") -> list[tuple[int, str]]:
+    """(port, socket inode) of every TCP socket in LISTEN state, from ``root/net/tcp*``."""
+    out = []
     for table in ("tcp", "tcp6"):
         try:
-            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            lines = Path(f"{root}/net/{table}").read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
             fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+            if fields[3] == "0A":
+                out.append((int(fields[1].rsplit(":", 1)[1], 16), fields[9]))
+    return out
+
+
+def _listening_ports(pid: int) -> set[int]:
+    """TCP ports that ``pid`` listens on (its socket inodes in LISTEN state)."""
+    inodes = {t[8:-1] for t in _fd_targets(pid) if t.startswith("socket:[")}
+    return {port for port, inode in _listen_table(f"/proc/{pid}") if inode in inodes}
 
 
 def _flockable(path: Path) -> bool:
@@ -198,20 +203,11 @@ def test_run_simulator_dies_with_the_run(tmp_path: Path, run_dir: Path, sig: sig
 # -- `serve`: the launched servers die with it ----------------------------------------------
 
 def _listening(port: int) -> bool:
-    """Whether any socket listens on ``port`` (from /proc/net/tcp*). Connecting instead
-    can succeed with nothing listening: a connect to a free port in the ephemeral range
-    may be given that same port as its source and connect to itself (TCP self-connect),
-    which connect()'s even-port preference makes likely for ``base + 1``."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
+    """Whether any socket listens on ``port``. Connecting instead can succeed with
+    nothing listening: a connect to a free port in the ephemeral range may be given that
+    same port as its source and connect to itself (TCP self-connect), which connect()'s
+    even-port preference makes likely for ``base + 1``."""
+    return any(p == port for p, _ in _listen_table())
 
 
 def _free_port() -> int:

@@ -10,10 +10,12 @@ no reward) propagate as :class:`~rsr_async.errors.InfraError`, so the engine sto
 as ``infra_error`` and retries them within budget; they never count as the model failing.
 
 What the model did to its own sandbox is the model's outcome, though: a container that
-stopped while the daemon still answers (the agent typed ``kill -9 -1``, which takes the
-container's main process with it) is graded ``failed`` with end reason ``error`` and
-says so, instead of being retried as infrastructure. An OOM kill stays infrastructure
-(the task's memory limit is the one to raise).
+stopped while the daemon still answers, with no ``kill``/``stop`` event from Docker (the
+agent typed ``kill -9 -1``, which takes the container's main process with it), is graded
+``failed`` with end reason ``error`` and says so, instead of being retried as
+infrastructure. A container Docker was asked to stop (``docker kill``, ``docker stop``,
+a daemon shutting down) or that was OOM-killed stays infrastructure (for OOM, the task's
+memory limit is the one to raise).
 """
 
 from __future__ import annotations
@@ -66,9 +68,11 @@ async def _stopped_by_agent(sandbox: Sandbox) -> str | None:
     try:
         with anyio.fail_after(_BACKSTOP_S):
             state = await sandbox.state()
+            if state.running or state.oom_killed:
+                return None
+            if await sandbox.stopped_through_docker():
+                return None  # docker kill/stop/rm, a daemon shutting down: not the agent
     except (SandboxError, TimeoutError):
-        return None
-    if state.running or state.oom_killed:
         return None
     return (
         f"the sandbox's container stopped during the episode ({state.status}, exit code "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import posixpath
 import shutil
 import tarfile
@@ -125,6 +126,8 @@ class DockerSandbox:
         self._workdir = workdir
         self._shell: DockerShell | None = None
         self._shells: list[DockerShell] = []
+        self._since = time.time() - 1.0
+        """When this episode took the container (events before it are not its own)."""
 
     @property
     def id(self) -> str:
@@ -281,6 +284,25 @@ class DockerSandbox:
             exit_code=state.get("ExitCode"),
             status=str(state.get("Status", "")),
         )
+
+    async def stopped_through_docker(self) -> bool:
+        """Whether Docker itself was asked to stop this container since the episode took
+        it (``docker kill``/``stop``/``rm -f``, a daemon shutting down): a ``kill`` or
+        ``stop`` event. A process inside that kills the main one (``kill -9 -1``) leaves
+        only ``die``, so this tells the infrastructure's doing from the agent's.
+        """
+        params = {
+            "since": f"{self._since:.3f}",
+            "until": f"{time.time():.3f}",  # a finite answer: the events so far
+            "filters": json.dumps({"container": [self.id], "type": ["container"],
+                                   "event": ["kill", "stop"]}),
+        }
+        with docker_errors(f"{self.name}: events", url=self._url), anyio.fail_after(
+            self._api_timeout
+        ):
+            async with self._container.docker._query("events", params=params) as response:
+                body = await response.text()
+        return any(line.strip() for line in body.splitlines())
 
     async def _check_alive(self) -> None:
         """Raise :class:`ContainerError` if the container itself died (OOM or otherwise)."""

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 from rsr_async.config import Config, EngineConfig, RunConfig, SandboxConfig
 from rsr_async.engine import Engine, Job, JobContext
 from rsr_async.errors import ContainerError
 from rsr_async.harness.fakes import ReplayModel
+from rsr_async.llm.base import ChatMessage, ChatModel, Completion
 from rsr_async.rsr.episode import EpisodeRunner
 from rsr_async.rsr.summary import render_summary, summarise, write_summary
 from rsr_async.sandbox import SandboxPool
@@ -70,13 +74,15 @@ def file_task(tmp_path: Path) -> Task:
                 verifier_timeout_s=60, agent_timeout_s=120)
 
 
-async def run_one(tmp_path: Path, replies: list[str], *, pids_limit: int = 1024) -> tuple[EpisodeResult, int]:
+async def run_one(tmp_path: Path, replies: list[str], *, pids_limit: int = 1024,
+                  model: ChatModel | None = None) -> tuple[EpisodeResult, int]:
     """One episode through the real runner, engine (with retries) and store: its result
     and how many times it was tried."""
     task = file_task(tmp_path / "task")
     spec = EpisodeSpec(key=JobKey(stage="discover", task=task.name, harness="terminus2"), task=task,
                        deadline_s=120)
-    model = ReplayModel(replies * 3, model_name="saboteur")  # enough for every retry
+    if model is None:
+        model = ReplayModel(replies * 3, model_name="saboteur")  # enough for every retry
     config = Config(run=RunConfig(concurrency=1),
                     engine=EngineConfig(progress="none", infra_retries=2, retry_backoff_s=0.01,
                                         store_batch_ms=10.0))
@@ -111,6 +117,36 @@ async def test_a_fork_bomb_is_cleaned_up_and_what_is_left_is_graded(tmp_path: Pa
     ], pids_limit=PIDS)
     assert tries == 1, (result.status, result.end_reason, result.error, result.verifier_output[-300:])
     assert result.status == "succeeded", (result.end_reason, result.error, result.verifier_output[-500:])
+
+
+class KillsItsContainer(ReplayModel):
+    """Replays, and before its second answer has Docker kill the episode's container (as
+    an operator, an orchestrator or a daemon shutting down would): synchronised on the
+    model call itself, so the kill lands between two agent steps."""
+
+    def __init__(self, replies: list[str], how: str) -> None:
+        super().__init__(replies, model_name="bystander")
+        self._how = how
+
+    async def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Completion:
+        if len(self.calls) == 1:
+            with anyio.fail_after(60):
+                listing = await anyio.run_process(
+                    ["docker", "ps", "-q", "--filter", "label=rsr_async.task=leave-hello"])
+                [container_id] = listing.stdout.decode().split()
+                command = ["docker", "kill"] if self._how == "kill" else ["docker", "stop", "-t", "1"]
+                await anyio.run_process([*command, container_id])
+        return await super().chat(messages, **kwargs)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("how", ["kill", "stop"])
+async def test_a_container_stopped_through_docker_is_infrastructure(tmp_path: Path, how: str) -> None:
+    model = KillsItsContainer([act("echo hello > /tmp/out.txt\n"), act("true\n"),
+                               act("echo hello > /tmp/out.txt\n"), act(done=True), act(done=True)], how)
+    result, tries = await run_one(tmp_path, [], model=model)
+    assert tries == 2, (result.status, result.end_reason, result.error)  # retried, not graded
+    assert result.status == "succeeded", (result.end_reason, result.error)
 
 
 async def _graded(job: Job, ctx: JobContext) -> EpisodeResult:

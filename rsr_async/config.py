@@ -231,6 +231,9 @@ class HarnessConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Wait used when a command gives no duration (with a warning)."""
     handoff_free_tokens: Count = 8000
     """Hand off (summarise) when free context falls under this many tokens."""
+    model_call_budget_s: Positive = 120.0
+    """Time one model call may take out of the agent's time limit; the rest of a longer
+    call (a stalled or overloaded server) is infrastructure time, not the agent's."""
 
 
 class EngineConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):

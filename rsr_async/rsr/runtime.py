@@ -134,6 +134,7 @@ async def episode_runtime(
             scripted=scripted,
             max_concurrent_verifiers=config.sandbox.max_concurrent_verifiers,
             rsrt_wall_clock_s=config.rsr.rsrt_wall_clock_min * 60.0,
+            model_call_budget_s=config.harness.model_call_budget_s,
         )
         yield EpisodeRuntime(
             runner=episodes,

@@ -40,11 +40,14 @@ class StageView(msgspec.Struct, frozen=True, kw_only=True):
     steps: int
     elapsed_s: float
     eta_s: float | None
+    permanent: int = 0
+    """Of ``failed``: ended by the task's or the config's fault (never graded)."""
 
     @property
     def success_rate(self) -> float | None:
-        """Succeeded over model-judged jobs (succeeded + failed); None before any."""
-        judged = self.succeeded + self.failed
+        """Succeeded over model-judged jobs (succeeded + failed, less permanent errors);
+        None before any."""
+        judged = self.succeeded + self.failed - self.permanent
         return self.succeeded / judged if judged else None
 
 
@@ -115,6 +118,8 @@ def _footer(snapshot: Snapshot) -> str:
 def plain_line(view: StageView, snapshot: Snapshot) -> str:
     """One stage as one line (plain mode, and logs)."""
     errors = f", {view.infra_error} infra errors" if view.infra_error else ""
+    if view.permanent:
+        errors += f", {view.permanent} permanent errors (task/config)"
     cancelled = f", {view.cancelled} cancelled" if view.cancelled else ""
     skipped = f" ({view.skipped} from a previous run)" if view.skipped else ""
     return (
@@ -173,7 +178,8 @@ class RichProgress:
         from rich.text import Text
 
         table = Table(box=None, pad_edge=False, header_style="bold")
-        for column in ("stage", "done/total", "running", "ok", "infra err", "cancelled", "retries", "elapsed", "eta"):
+        for column in ("stage", "done/total", "running", "ok", "infra err", "permanent", "cancelled", "retries",
+                       "elapsed", "eta"):
             table.add_column(column, justify="left" if column == "stage" else "right")
         for v in snapshot.stages:
             table.add_row(
@@ -182,6 +188,7 @@ class RichProgress:
                 str(v.running),
                 _rate(v),
                 str(v.infra_error),
+                str(v.permanent),
                 str(v.cancelled),
                 str(v.retries),
                 _duration(v.elapsed_s),

@@ -33,7 +33,14 @@ import msgspec
 from anyio.streams.memory import MemoryObjectSendStream
 
 from ..config import Config
-from ..errors import PERMANENT_PREFIX, HarnessError, InfraError, RsrError, StoreError
+from ..errors import (
+    PERMANENT_PREFIX,
+    HarnessError,
+    InfraError,
+    RsrError,
+    StoreError,
+    is_permanent_error,
+)
 from ..schema import EndReason, JobResult, JobStatus, kind_of
 from .jobs import Job, JobContext, JobRunner, _Meter
 from .limits import Limits
@@ -62,10 +69,13 @@ class StageStats(msgspec.Struct, frozen=True, kw_only=True):
     """Submitted but not started (e.g. left by a shutdown)."""
     succeeded: int = 0
     failed: int = 0
+    """Stored ``failed``: the model's failures plus ``permanent`` errors."""
     infra_error: int = 0
     cancelled: int = 0
     retries: int = 0
     steps: int = 0
+    permanent: int = 0
+    """Of ``failed``: ended by the task's or the config's fault (never graded)."""
 
 
 class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,6 +102,8 @@ class EngineStats(msgspec.Struct, frozen=True, kw_only=True):
     recovered_running: int
     """Jobs that a crashed earlier run left ``running``; they were queued again."""
     stages: dict[str, StageStats]
+    permanent: int = 0
+    """Of ``failed``: ended by the task's or the config's fault (never graded)."""
 
     @property
     def complete(self) -> bool:
@@ -112,6 +124,7 @@ class _StageCounts:
     infra_error: int = 0
     cancelled: int = 0
     retries: int = 0
+    permanent: int = 0
 
     @property
     def done(self) -> int:
@@ -130,6 +143,7 @@ class _StageCounts:
             cancelled=self.cancelled,
             retries=self.retries,
             steps=self.meter.steps,
+            permanent=self.permanent,
         )
 
 
@@ -736,6 +750,8 @@ class Engine:
             counts.succeeded += 1
         elif status == "failed":
             counts.failed += 1
+            if is_permanent_error(getattr(result, "error", None)):
+                counts.permanent += 1
         elif status == "infra_error":
             counts.infra_error += 1
         else:
@@ -795,6 +811,7 @@ class Engine:
             shutdown=self._shutdown,
             recovered_running=self._store.recovered_running if self._store else 0,
             stages=stages,
+            permanent=total("permanent"),
         )
 
     @property
@@ -815,7 +832,7 @@ class Engine:
                     stage=name, total=c.total, skipped=c.skipped, done=c.done, running=c.running,
                     succeeded=c.succeeded, failed=c.failed, infra_error=c.infra_error,
                     cancelled=c.cancelled, retries=c.retries, steps=c.meter.steps,
-                    elapsed_s=elapsed, eta_s=eta,
+                    elapsed_s=elapsed, eta_s=eta, permanent=c.permanent,
                 )
             )
         meters = [c.meter for c in self._stages.values()]

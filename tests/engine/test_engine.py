@@ -399,3 +399,25 @@ def test_cli_flags_become_config_values() -> None:
     cfg = load_config(values=engine_config_values(args))
     assert (cfg.run.concurrency, cfg.engine.metrics_port, cfg.engine.progress) == (512, 9100, "plain")
     assert args.force and engine_config_values(parser.parse_args([])) == {}
+
+
+async def test_permanent_errors_are_counted_apart_from_the_models_failures(tmp_path: Path) -> None:
+    from rsr_async.engine.progress import plain_line
+    from rsr_async.errors import ImageBuildError
+
+    async def runner(job: Job, ctx: JobContext) -> EpisodeResult:
+        if job.key.task.endswith("0"):
+            raise ImageBuildError("the Dockerfile fails").as_permanent()
+        ok = job.key.task.endswith("1")
+        return EpisodeResult(key=job.key, status="succeeded" if ok else "failed", end_reason="completed",
+                             reward=1.0 if ok else 0.0)
+
+    async with Engine(config(4), runner=runner, run_dir=tmp_path) as engine:
+        results = {r.key.task: r for r in await collect(engine, make_jobs(3))}
+        stats = engine.statistics()
+        [view] = engine.snapshot().stages
+        line = plain_line(view, engine.snapshot())
+    assert results["task-00000"].status == "failed"  # stored as failed, but no verdict
+    assert (stats.failed, stats.permanent, stats.stages["discover"].permanent) == (2, 1, 1)
+    assert view.success_rate == 0.5  # one success over the two graded episodes
+    assert "1 permanent errors (task/config)" in line and "ok 50%" in line

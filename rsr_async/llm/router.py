@@ -41,6 +41,9 @@ __all__ = ["ModelRouter", "RouterStats", "ServerStats"]
 _MAX_AFFINITIES = 200_000
 
 
+_RECHECK_DOWN_S = 1.0
+"""How soon a server that failed its health check is checked again."""
+
 class ServerStats(msgspec.Struct, frozen=True, kw_only=True):
     """One server's counters."""
 
@@ -221,7 +224,10 @@ class ModelRouter:
 
     async def _health_loop(self, server: _Server) -> None:
         while True:
-            await anyio.sleep(self.config.health_interval_s)
+            # A server that failed its check is checked again soon: it is back in the
+            # rotation within a second of answering, well inside the calls' retry span.
+            interval = self.config.health_interval_s
+            await anyio.sleep(interval if server.healthy else min(interval, _RECHECK_DOWN_S))
             server.healthy = await server.client.health(timeout_s=self.config.connect_timeout_s)
 
     # -- routing --------------------------------------------------------------------------
@@ -235,6 +241,12 @@ class ModelRouter:
     def _pick(self, affinity: str) -> int:
         now = time.monotonic()
         candidates = [i for i, s in enumerate(self._servers) if s.available(now)]
+        if not candidates:
+            # Every server failed its last health check. That flag chooses among servers;
+            # it never fails a call on its own: a stalled or restarting server may answer
+            # this call (its breaker still guards against one that keeps failing).
+            candidates = [i for i, s in enumerate(self._servers)
+                          if not s.breaker_open(now) and not s.probing]
         if not candidates:
             raise NoHealthyServerError(
                 "every model server is unhealthy or has its circuit breaker open: "

@@ -149,8 +149,28 @@ async def test_a_dead_server_is_routed_around_and_its_breaker_opens() -> None:
     quick = msgspec.structs.replace(config, max_retries=1)
     async with ModelRouter(quick, urls=[dead.url]) as model:
         assert not model.statistics().servers[0].healthy  # probed on entry
-        with pytest.raises(NoHealthyServerError):
+        # The health flag alone never fails a call: it is tried on the server, which
+        # decides (here: nobody listens), and the breaker then opens.
+        with pytest.raises(LLMConnectionError, match=dead.url.split("//")[1]):
             await model.chat([{"role": "user", "content": "anyone?"}], affinity="x")
+        assert model.statistics().servers[0].breaker_open  # its two tries failed
+        with pytest.raises(NoHealthyServerError):  # the breaker, not the flag, refuses it
+            await model.chat([{"role": "user", "content": "anyone?"}], affinity="x")
+
+
+async def test_a_server_down_at_the_start_is_used_once_it_answers() -> None:
+    config = LLMConfig(backoff_s=0.05, max_retries=2, health_interval_s=30.0, connect_timeout_s=1.0)
+    late = SimServer(FAST)
+    await late.__aenter__()
+    url = late.url
+    await late.__aexit__(None, None, None)
+    async with ModelRouter(config, urls=[url]) as model:
+        assert not model.statistics().servers[0].healthy
+        port = int(url.rsplit(":", 1)[1])
+        async with SimServer(msgspec.structs.replace(FAST, port=port)):
+            completion = await model.chat([{"role": "user", "content": "back?"}], affinity="x")
+            assert completion.server == url
+            await wait_until(lambda: model.statistics().servers[0].healthy)  # rechecked within ~1 s
 
 
 async def test_breaker_opens_on_a_server_that_is_up_but_failing(sims: Callable[..., Any]) -> None:

@@ -58,7 +58,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
 
 
 async def _serve(config: SimConfig, tasks: str | None, fault_seed: int, parent_pid: int) -> None:
-    from .lifeline import set_parent_death_signal, watch_parent
+    from ..lifeline import set_parent_death_signal, watch_parent
     from .sim.server import READY_LINE, SimServer
 
     stop = asyncio.Event()

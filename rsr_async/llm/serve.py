@@ -5,7 +5,7 @@ parallel size, port, ``--enable-metrics --enable-cache-report``), optionally one
 ``sglang_router.launch_router`` in front, starts them, waits until every ``/health``
 answers, prints the URLs to pass as ``llm.urls``, and stops them cleanly (SIGTERM, then
 SIGKILL after a grace period) on Ctrl-C or SIGTERM; if ``serve`` itself is killed, its
-children die with it (:mod:`rsr_async.llm.lifeline`). Needs the ``[sglang]`` extra and GPUs.
+children die with it (:mod:`rsr_async.lifeline`). Needs the ``[sglang]`` extra and GPUs.
 ``--launcher`` replaces ``python -m sglang.launch_server`` (tests use the simulator).
 """
 
@@ -25,7 +25,7 @@ import httpx
 import msgspec
 
 from ..errors import LLMConnectionError
-from .lifeline import guarded_argv
+from ..lifeline import guarded_argv
 
 __all__ = ["ServeSpec", "build_commands", "configure", "main", "serve_fleet"]
 

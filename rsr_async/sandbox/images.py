@@ -30,6 +30,7 @@ from yarl import URL
 
 from ..config import SandboxConfig
 from ..errors import DockerUnavailableError, ImageBuildError, ImageError
+from ..lifeline import guarded_argv
 from ..schema import Task
 from .container import docker_errors, permanent_status
 from .hosts import open_client
@@ -156,8 +157,9 @@ async def _debootstrap(config: SandboxConfig, root: Path, say: Callable[[str], N
     lines: list[str] = []
     try:
         with anyio.fail_after(_DEBOOTSTRAP_TIMEOUT_S):
+            # Behind the lifeline: a killed bootstrap takes debootstrap with it.
             async with await anyio.open_process(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                guarded_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             ) as process:
                 assert process.stdout is not None
                 async for chunk in process.stdout:
@@ -189,7 +191,7 @@ async def _import_rootfs(url: str, root: Path, tag: str, *, timeout_s: float) ->
     docker, connector = open_client(url)
     try:
         async with await anyio.open_process(
-            ["tar", "--numeric-owner", "-C", str(root), "-c", "."],
+            guarded_argv(["tar", "--numeric-owner", "-C", str(root), "-c", "."]),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         ) as tar:

@@ -99,7 +99,7 @@ def _flockable(path: Path) -> bool:
 
 _PARENT = textwrap.dedent("""
     import fcntl, os, sys, anyio
-    from rsr_async.llm.lifeline import guarded_argv
+    from rsr_async.lifeline import guarded_argv
 
     async def main():
         fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)

@@ -39,8 +39,8 @@ from aiohttp import web
 
 from ...config import SimConfig
 from ...errors import LLMConnectionError
+from ...lifeline import guarded_argv
 from ..base import ChatMessage
-from ..lifeline import guarded_argv
 from ..prompt import CHATML_END, parse_chatml, render_chatml
 from ..scripted import ScriptedModel, load_solutions
 from ..tokenizer import SimTokenizer
@@ -427,7 +427,7 @@ async def spawn_sim_servers(
     reports its port on stdout, and is checked with ``/health`` before this yields.
     On exit every process is terminated (killed if it lingers). Should this process die
     without running that (SIGKILL), the simulators die with it: they start behind
-    :func:`~rsr_async.llm.lifeline.guarded_argv` (PDEATHSIG, no inherited descriptors)
+    :func:`~rsr_async.lifeline.guarded_argv` (PDEATHSIG, no inherited descriptors)
     and also exit when their parent pid changes.
     """
     sim_json = json.dumps(msgspec.to_builtins(msgspec.structs.replace(config, port=0)))

@@ -15,8 +15,12 @@ that process (SIGKILL runs no ``finally``). Two measures, both applied in the ch
    a dead run's lock outlives it). The trampoline closes every descriptor above 2 that
    the caller did not name in ``keep_fds`` before it execs.
 
-:func:`guarded_argv` wraps an argv in the trampoline (this file, run as a script). Our own long-running children (the simulator) also poll
-``os.getppid()`` (:func:`watch_parent`) as a second line where PDEATHSIG is missing.
+:func:`guarded_argv` wraps an argv in the trampoline (this file, run as a script): the
+simulator, SGLang servers, and the base image's ``debootstrap`` and ``tar``. Our own
+long-running children (the simulator) also poll ``os.getppid()`` (:func:`watch_parent`)
+as a second line where PDEATHSIG is missing. PDEATHSIG reaches the direct child only: a
+shell script's own children (debootstrap's ``dpkg``) are not covered; they end when
+their pipe to the dead script breaks.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Build the Cython extensions under ``rsr_async/_native``.
+"""Build the Cython extensions under ``rsr_async/_native``, and ship ``configs/`` and ``bench/``.
 
 Every compiled module has a pure-Python twin (``<name>_py.py``), so a failed native
 build is not fatal for a user: it falls back with a warning. Under CI (the ``CI``
@@ -9,11 +9,13 @@ can never hide behind its twin.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 NATIVE_DIR = Path("rsr_async") / "_native"
 STRICT = bool(os.environ.get("CI")) or bool(os.environ.get("RSR_REQUIRE_EXTENSIONS"))
@@ -76,4 +78,27 @@ class OptionalBuildExt(build_ext):
         )
 
 
-setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
+SHIPPED = {"configs": "*.toml", "bench": "*.py"}
+"""Top-level folders a wheel carries inside the package (``rsr_async/_shipped/``), where
+``rsr_async/_layout.py`` finds them: the named configs and the benchmarks."""
+
+
+class BuildPyWithShipped(build_py):
+    """Copy ``configs/`` and ``bench/`` into the built package, so an installed
+    ``--config paper`` and ``bench NAME`` work outside a checkout."""
+
+    def run(self) -> None:
+        super().run()
+        for folder, pattern in SHIPPED.items():
+            target = Path(self.build_lib) / "rsr_async" / "_shipped" / folder
+            if target.exists():
+                shutil.rmtree(target)
+            target.mkdir(parents=True)
+            for source in sorted(Path(folder).glob(pattern)):
+                shutil.copy2(source, target / source.name)
+
+
+setup(
+    ext_modules=_extensions(),
+    cmdclass={"build_ext": OptionalBuildExt, "build_py": BuildPyWithShipped},
+)

@@ -1,4 +1,5 @@
-"""``python -m rsr_async bench NAME``: run ``bench/NAME.py`` from the source checkout.
+"""``python -m rsr_async bench NAME``: run ``bench/NAME.py`` (the checkout's, or the copy a
+wheel carries).
 
 Benchmarks live in the top-level ``bench/`` folder, outside the package and outside the
 test run (they measure, they do not assert). Each defines ``main(argv) -> int`` and
@@ -10,11 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-from pathlib import Path
 
+from ._layout import shipped_dir
 from .errors import RsrError
 
-BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
+BENCH_DIR = shipped_dir("bench")
 
 
 def available() -> list[str]:
@@ -33,14 +34,20 @@ def main(args: argparse.Namespace) -> int:
     path = BENCH_DIR / f"{args.name}.py"
     if not path.is_file():
         raise RsrError(
-            f"no benchmark {args.name!r} in {BENCH_DIR} (available: {', '.join(available())}); "
-            "benchmarks run from a source checkout"
+            f"no benchmark {args.name!r} in {BENCH_DIR} "
+            f"(available: {', '.join(available()) or 'none'})"
         )
     if str(BENCH_DIR) not in sys.path:
         sys.path.insert(0, str(BENCH_DIR))  # lets benchmarks import bench/_common.py
     spec = importlib.util.spec_from_file_location(f"rsr_bench_{args.name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        raise RsrError(
+            f"benchmark {args.name!r} needs {exc.name!r}, which is not installed: "
+            "pip install 'rsr_async[bench]'"
+        ) from exc
     code: int = module.main(list(args.bench_args))
     return code

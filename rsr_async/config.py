@@ -23,6 +23,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import msgspec
 from msgspec import Meta
 
+from ._layout import shipped_dir
 from .errors import ConfigError
 
 __all__ = [
@@ -39,7 +40,7 @@ __all__ = [
     "load_config",
 ]
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = shipped_dir("configs")
 
 
 PIPELINE_STAGES = ("discover", "rewrite", "verify", "export")

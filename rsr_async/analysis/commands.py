@@ -25,9 +25,7 @@ __all__ = ["configure", "external_input", "main"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Write every table (Markdown, CSV, JSON) and figure (PNG) of a run, and report.html. "
-        "Examples: `analyze runs/discover-1a2b3c --subset-key metadata.source`; "
-        "`analyze --results results.jsonl --out out/`; `analyze --harbor-jobs jobs/ --out out/`."
+        "Write every table (Markdown, CSV, JSON) and figure (PNG) of a run, and report.html."
     )
     parser.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory of this engine")
     parser.add_argument("--out", metavar="DIR", help="output directory (default: RUN_DIR/analysis)")

@@ -21,6 +21,7 @@ __all__ = ["configure", "format_table", "main"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``tasks``."""
+    add_config_arguments(parser, section="sandbox")  # read by validate
     sub = parser.add_subparsers(dest="action", required=True)
 
     def dataset_args(p: argparse.ArgumentParser) -> None:
@@ -41,7 +42,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     dataset_args(check)
     check.add_argument("--concurrency", type=int, default=2, metavar="N", help="tasks in flight at once")
-    add_config_arguments(check, section="sandbox")
     check.add_argument("--json", metavar="FILE", help="also write every row (with outputs) as JSON")
     check.add_argument("-v", "--verbose", action="store_true",
                        help="print the oracle's and verifier's output for every failing task")

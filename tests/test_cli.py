@@ -201,3 +201,14 @@ def test_the_readmes_quoted_error_is_what_the_code_prints() -> None:
     out = _cli("sandbox", "ls", "--set", "sandbox.api_timeout_s=-1")
     assert out.returncode == 1
     assert out.stderr.strip() == " ".join(quoted.group(1).split())
+
+
+def test_the_readmes_default_run_directory_is_the_codes() -> None:
+    from rsr_async.config import Config
+    from rsr_async.rsr.commands import default_run_dir
+
+    documented = re.search(r"The default is `(runs/[a-z]+-)<hash of the settings>`", README)
+    assert documented is not None, "the README does not give run's default directory"
+    made = default_run_dir(Config(), [])
+    assert str(made).startswith(documented.group(1))
+    assert re.fullmatch(r"[0-9a-f]{10}", str(made)[len(documented.group(1)):])

@@ -150,6 +150,28 @@ async def _wait_healthy(url: str, process: anyio.abc.Process, timeout_s: float) 
     raise LLMConnectionError(f"serve: {url}/health not healthy within {timeout_s} s")
 
 
+async def _wait_registered(router: str, workers: list[str], timeout_s: float) -> None:
+    """Until the router lists every worker as healthy (its ``/health`` answers first)."""
+    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+        with anyio.move_on_after(timeout_s):
+            while True:
+                try:
+                    response = await client.get(router + "/workers")
+                except httpx.HTTPError:
+                    response = None
+                if response is not None and response.status_code == 404:
+                    return  # a router too old to list them: its /health has to do
+                if response is not None and response.status_code == 200:
+                    listed = response.json().get("workers") or []
+                    healthy = {w.get("url") for w in listed if w.get("is_healthy")}
+                    if healthy >= set(workers):
+                        return
+                await anyio.sleep(0.2)
+    raise LLMConnectionError(
+        f"serve: {router} did not list every worker as healthy within {timeout_s} s "
+        f"({', '.join(workers)}); read its log above")
+
+
 @asynccontextmanager
 async def serve_fleet(
     spec: ServeSpec, *, ready_timeout_s: float = 1800.0, grace_s: float = 30.0
@@ -175,6 +197,7 @@ async def serve_fleet(
         if spec.router:
             router_url = f"http://{spec.host}:{spec.router_port}"
             await _wait_healthy(router_url, processes[-1], ready_timeout_s)
+            await _wait_registered(router_url, urls, ready_timeout_s)
             urls = [router_url]
         yield urls
     finally:

@@ -104,13 +104,7 @@ async def fleet(tmp_path: Path, *, sim_args: tuple[str, ...] = (),
     )
     workers = [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]
     async with serve_fleet(serve, ready_timeout_s=60.0, grace_s=5.0) as [router]:
-        async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
-            with anyio.fail_after(30):  # until the router has registered both workers
-                while True:
-                    listed = (await http.get(router + "/workers")).json().get("workers", [])
-                    if sorted(w["url"] for w in listed if w.get("is_healthy")) == workers:
-                        break
-                    await anyio.sleep(0.1)
+        # serve_fleet has waited until the router lists both workers as healthy.
         yield router, workers
 
 

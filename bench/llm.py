@@ -12,6 +12,13 @@ Cache: 4 simulators (subprocesses), 200 multi-turn episodes through ``ModelRoute
 sticky routing, then round-robin on fresh caches; the share of prompt tokens served from
 cache on turns after each episode's first.
 
+Router (with ``--set llm.routing=router``): ``serve --router`` starts sglang-router in
+front of 2 simulators (``--router-python`` names a Python that has ``sglang_router``),
+once with serve's settings and once with the router's default balance threshold (64);
+``--router-episodes`` episodes at ``--router-concurrency`` (32) go through it, and each
+worker's ``sglang:num_requests_total`` (its ``/metrics``) before and after gives the
+per-server request split. The sticky and round-robin runs report their split too.
+
 The replies come from the scripted stand-in model (a test double): these numbers measure
 the engine's plumbing, never a model.
 """
@@ -19,20 +26,29 @@ the engine's plumbing, never a model.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import re
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from typing import Any
 
 import _common
 import aiohttp
 import anyio
+import httpx
+import msgspec
 import orjson
 
-from rsr_async.config import LLMConfig, SimConfig
+from rsr_async.config import LLMConfig, SimConfig, add_config_arguments, load_config
 from rsr_async.llm.base import ChatMessage
 from rsr_async.llm.client import SGLangClient
 from rsr_async.llm.prompt import render_chatml
 from rsr_async.llm.router import ModelRouter
+from rsr_async.llm.serve import ServeSpec, router_settings, serve_fleet
 from rsr_async.llm.sim import spawn_sim_servers
 
 PROMPT: list[ChatMessage] = [
@@ -148,7 +164,89 @@ async def _cache_share(episodes: int, turns: int) -> dict[str, Any]:
         async with spawn_sim_servers(sim, count=4) as urls:
             async with ModelRouter(LLMConfig(routing=routing), urls=urls) as model:
                 prompt, cached = await run_episodes(model, episodes, turns, 61)
+                split = [s.requests for s in model.statistics().servers]
         out[f"{routing}_cached_share"] = round(cached / prompt, 4) if prompt else 0.0
+        out[f"{routing}_requests_by_server"] = split
+    return out
+
+
+def _free_ports(count: int) -> int:
+    """A base port with ``count`` consecutive free loopback ports."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base: int = probe.getsockname()[1]
+        held = []
+        try:
+            for port in range(base, base + count):
+                held.append(sock := socket.socket())
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise RuntimeError("no run of free loopback ports")
+
+
+async def requests_served(urls: list[str]) -> list[int]:
+    """Each server's ``sglang:num_requests_total`` (SGLang's and the simulator's /metrics)."""
+    counts = []
+    async with httpx.AsyncClient(trust_env=False, timeout=10.0) as http:
+        for url in urls:
+            text = (await http.get(url + "/metrics")).text
+            found = re.search(r"^sglang:num_requests_total\{[^}]*\} (\S+)$", text, re.M)
+            if found is None:
+                raise RuntimeError(f"{url}/metrics has no sglang:num_requests_total "
+                                   "(start SGLang with --enable-metrics)")
+            counts.append(int(float(found.group(1))))
+    return counts
+
+
+def _router_missing(python: str) -> str:
+    if python == sys.executable:
+        found = importlib.util.find_spec("sglang_router") is not None
+    else:
+        found = subprocess.run([python, "-c", "import sglang_router"], capture_output=True,
+                               timeout=60).returncode == 0
+    return "" if found else (f"sglang-router is not importable by {python}: pip install "
+                             "sglang-router, or pass --router-python")
+
+
+async def _router_split(args: Any, llm: LLMConfig) -> dict[str, Any]:
+    """The per-server request split through sglang-router: serve's settings vs its defaults."""
+    missing = _router_missing(args.router_python)
+    if missing:
+        return {"skipped": missing}
+    out: dict[str, Any] = {"concurrency": args.router_concurrency,
+                           "episodes": args.router_episodes, "turns": args.turns}
+    with tempfile.TemporaryDirectory() as model_dir:  # local: the router never asks a hub
+        for label, threshold in (("serve_settings", None), ("router_defaults", 64)):
+            base = _free_ports(4)
+            spec = ServeSpec(
+                model_path=model_dir, servers=2, base_port=base, router=True,
+                router_port=base + 2, launcher=(sys.executable, "-m", "rsr_async", "sim-server"),
+                router_launcher=(args.router_python, "-m", "sglang_router.launch_router"),
+                concurrency=args.router_concurrency, balance_abs_threshold=threshold,
+                router_args=("--prometheus-port", str(base + 3), "--prometheus-host",
+                             "127.0.0.1", "--log-level", "warn"),
+            )
+            workers = [f"http://127.0.0.1:{base + i}" for i in range(2)]
+            async with serve_fleet(spec, ready_timeout_s=120.0, grace_s=5.0) as urls:
+                before = await requests_served(workers)
+                config = msgspec.structs.replace(llm, urls=tuple(urls), routing="router")
+                async with ModelRouter(config) as model:
+                    prompt, cached = await run_episodes(
+                        model, args.router_episodes, args.turns, args.router_concurrency)
+                after = await requests_served(workers)
+            split = [a - b for a, b in zip(after, before, strict=True)]
+            out[label] = {
+                "balance_abs_threshold": router_settings(spec).balance_abs_threshold,
+                "requests_by_server": dict(zip(workers, split, strict=True)),
+                "max_share": round(max(split) / max(1, sum(split)), 3),
+                "cached_share": round(cached / prompt, 4) if prompt else 0.0,
+            }
     return out
 
 
@@ -159,6 +257,9 @@ async def _main(args: Any) -> dict[str, Any]:
     async with spawn_sim_servers(sim, count=1) as urls:
         throughput = await _throughput(urls[0], levels, args.duration, args.rounds)
     cache = await _cache_share(args.episodes, args.turns)
+    llm = load_config(args.config, args.set).llm
+    if llm.routing == "router":
+        cache["router"] = await _router_split(args, llm)
     top = throughput[str(max(levels))]
     return {
         "benchmark": "llm",
@@ -182,6 +283,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=5, help="paired samples per level")
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--turns", type=int, default=5)
+    add_config_arguments(p, section="llm")
+    p.add_argument("--router-python", default=sys.executable,
+                   help="a Python with sglang_router (for --set llm.routing=router)")
+    p.add_argument("--router-concurrency", type=int, default=32)
+    p.add_argument("--router-episodes", type=int, default=64)
     args = p.parse_args(argv)
     try:
         import uvloop

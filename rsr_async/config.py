@@ -187,8 +187,9 @@ class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Sampling temperature; None lets the server decide (Harbor sends none)."""
     top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
     """Nucleus sampling; None lets the server decide."""
-    context_length: AtLeastOne = 32768
-    """Context window used when the server does not report one."""
+    context_length: Count = 0
+    """Context window used when no server reports one (a router's workers are asked).
+    0: the servers must report it; opening the model side fails if none does."""
     chat_template: str = ""
     """Jinja chat template for native mode. Empty: the built-in ChatML template."""
     health_interval_s: Positive = 5.0

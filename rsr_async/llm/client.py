@@ -7,7 +7,12 @@ exponential backoff, never other 4xx. A prompt that does not fit the context win
 raised as :class:`~rsr_async.errors.ContextLengthError` so a harness can summarise.
 
 A cancelled call closes its connection (SGLang aborts a request whose connection
-closes) and, in native mode, also posts ``/abort_request`` with the call's ``rid``.
+closes, and sglang-router passes the close on to its worker) and also posts
+``/abort_request`` with the call's ``rid`` while that endpoint exists. sglang-router
+answers it 404 (recorded with sglang-router 0.3.2: ``tests/llm/test_sglang_router.py``):
+the first 404 marks the endpoint unavailable for this URL, it is not posted again, and
+:meth:`SGLangClient.abort_statistics` says which path each abort took, so no abort is
+reported that did not happen.
 
 A reply body longer than ``llm.max_reply_bytes`` is cut off at the transport (memory
 stays bounded; the request is aborted) and comes back as an output-limit reply: empty
@@ -49,7 +54,7 @@ from .base import ChatMessage, Completion
 from .prompt import ChatTemplate
 from .transport import AiohttpTransport, ReplyTooLarge
 
-__all__ = ["GenerateResult", "SGLangClient", "make_http_client", "with_retries"]
+__all__ = ["AbortStats", "GenerateResult", "SGLangClient", "make_http_client", "with_retries"]
 
 T = TypeVar("T")
 FinishReason = Literal["stop", "length", "abort"]
@@ -76,6 +81,24 @@ class GenerateResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     usage: Usage
     output_ids: tuple[int, ...] | None = None
     rid: str = ""
+
+
+AbortEndpoint = Literal["untried", "available", "unavailable"]
+_NO_ROUTE = (404, 405)
+"""Statuses that mean "no such endpoint here" (sglang-router: 404)."""
+
+
+class AbortStats(msgspec.Struct, frozen=True, kw_only=True):
+    """How this client's aborted calls were aborted."""
+
+    by_close: int = 0
+    """Calls abandoned mid-request whose connection was closed (every one is: SGLang and
+    sglang-router abort the request upstream when it closes)."""
+    by_endpoint: int = 0
+    """Of those, the ones ``/abort_request`` also answered 200 for."""
+    endpoint: AbortEndpoint = "untried"
+    """``/abort_request`` at this URL: not tried yet, answered 200, or answered 404/405
+    (sglang-router), after which it is no longer posted."""
 
 
 def _timeout(config: LLMConfig) -> httpx.Timeout:
@@ -171,6 +194,9 @@ class SGLangClient:
         self._headers = {"content-type": "application/json"}
         self._request_headers = httpx.Headers(self._headers)
         self._extensions = {"timeout": _timeout(self.config).as_dict()}
+        self._abort_endpoint: AbortEndpoint = "untried"
+        self._aborts_by_close = 0
+        self._aborts_by_endpoint = 0
 
     async def __aenter__(self) -> SGLangClient:
         if self._http is None:
@@ -258,15 +284,40 @@ class SGLangClient:
         raise LLMRequestError(f"{url}: HTTP {status} (not retried): {text}", status=status)
 
     async def _abort_quietly(self, rid: str) -> None:
-        # Closing the connection already aborts in SGLang; the explicit abort covers
-        # proxies that keep the upstream request alive. Bounded, and never masks the
-        # cancellation that brought us here.
+        # The connection is already closed (cancellation or the reply cap dropped it),
+        # which aborts in SGLang and through sglang-router. The explicit abort covers
+        # proxies that keep the upstream request alive, while the URL has the endpoint.
+        # Bounded, and never masks the cancellation that brought us here.
+        self._aborts_by_close += 1
+        if self._abort_endpoint == "unavailable":
+            return
         with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
             try:
-                await self.http.post(self.url + "/abort_request", content=_encode({"rid": rid}),
-                                     headers=self._headers)
+                response = await self.http.post(
+                    self.url + "/abort_request", content=_encode({"rid": rid}),
+                    headers=self._headers)
             except httpx.HTTPError:
-                pass
+                return
+            self._note_abort_reply(response.status_code)
+
+    def _note_abort_reply(self, status: int) -> bool:
+        """Record what ``/abort_request`` answered; True when it took the abort."""
+        if status == 200:
+            self._abort_endpoint = "available"
+            self._aborts_by_endpoint += 1
+            return True
+        if status in _NO_ROUTE and self._abort_endpoint != "unavailable":
+            self._abort_endpoint = "unavailable"
+            _log.warning(
+                "%s/abort_request answered %d (sglang-router has no such route): aborts at "
+                "this URL rely on closing the connection, which the router passes upstream",
+                self.url, status)
+        return False
+
+    def abort_statistics(self) -> AbortStats:
+        """Which path this client's aborts took (see :class:`AbortStats`)."""
+        return AbortStats(by_close=self._aborts_by_close, by_endpoint=self._aborts_by_endpoint,
+                          endpoint=self._abort_endpoint)
 
     def _sampling(
         self, max_new_tokens: int | None, temperature: float | None, top_p: float | None,
@@ -529,7 +580,8 @@ class SGLangClient:
         return data if isinstance(data, dict) else {}
 
     async def context_length(self, *, timeout_s: float = 10.0) -> int | None:
-        """The server's context window, if it reports one."""
+        """The server's context window, if it reports one (a router's workers are not
+        asked here: see :meth:`workers`)."""
         for getter in (self.model_info, self.server_info):
             try:
                 info = await getter(timeout_s=timeout_s)
@@ -541,14 +593,48 @@ class SGLangClient:
                     return value
         return None
 
+    async def workers(self, *, timeout_s: float = 10.0) -> tuple[str, ...]:
+        """The worker URLs behind this URL when it is an sglang-router, else ``()``.
+
+        sglang-router 0.3.2 lists them at ``GET /workers`` (``{"workers": [{"url": ...}]}``);
+        older routers at ``GET /list_workers`` (``{"urls": [...]}``). A model server
+        answers both 404."""
+        for path, key in (("/workers", "workers"), ("/list_workers", "urls")):
+            try:
+                data = _decode(await self._get(path, timeout_s))
+            except (LLMError, msgspec.DecodeError):
+                continue
+            entries = data.get(key) if isinstance(data, dict) else None
+            if not isinstance(entries, list):
+                continue
+            urls = [e.get("url") if isinstance(e, dict) else e for e in entries]
+            found = tuple(u.rstrip("/") for u in urls if isinstance(u, str) and u)
+            if found:
+                return found
+        return ()
+
     async def abort(self, rid: str, *, timeout_s: float = 5.0) -> None:
-        """``POST /abort_request`` for ``rid``."""
+        """``POST /abort_request`` for ``rid``; raises unless the server took it.
+
+        A URL without the endpoint (sglang-router answers 404) raises
+        :class:`~rsr_async.errors.LLMRequestError`: there, cancel the call instead
+        (closing its connection aborts it upstream)."""
+        url = self.url + "/abort_request"
         try:
             with anyio.fail_after(timeout_s):
-                await self.http.post(self.url + "/abort_request", content=_encode({"rid": rid}),
-                                     headers=self._headers)
+                response = await self.http.post(url, content=_encode({"rid": rid}),
+                                                headers=self._headers)
         except (TimeoutError, httpx.HTTPError) as exc:
-            raise LLMConnectionError(f"{self.url}/abort_request: {exc}") from exc
+            raise LLMConnectionError(f"{url}: {exc}") from exc
+        if self._note_abort_reply(response.status_code):
+            return
+        if response.status_code in _NO_ROUTE:
+            raise LLMRequestError(
+                f"{url}: HTTP {response.status_code}: no abort endpoint here (sglang-router "
+                f"has none); rid {rid} was not aborted: cancel the call instead, closing its "
+                "connection aborts it upstream", status=response.status_code)
+        self._check(url, response.status_code, response.content)  # raises: not 200
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def flush_cache(self, *, timeout_s: float = 10.0) -> None:
         """``POST /flush_cache`` (SGLang refuses while requests run)."""

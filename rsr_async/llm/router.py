@@ -12,6 +12,11 @@ in-flight counts; then the call goes to the least loaded server and the key move
 Servers failing health checks or with an open circuit breaker are skipped; each server
 has an in-flight limit. ``routing = "router"`` sends everything to one sglang-router
 URL, which routes by itself; ``round_robin`` ignores affinity (a baseline).
+
+The context window is read from the servers when the router opens. A router URL's own
+``/get_server_info`` has none, so its workers (``GET /workers``) are asked, and the
+smallest window wins. When nothing reports one, ``llm.context_length`` is used if set;
+unset, opening fails naming the URLs: never a silent default.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from ..config import LLMConfig
 from ..errors import LLMConnectionError, LLMError, LLMTimeoutError, NoHealthyServerError
 from ..schema import Usage
 from .base import ChatMessage, Completion
-from .client import SGLangClient, make_http_client, with_retries
+from .client import AbortStats, SGLangClient, make_http_client, with_retries
 from .prompt import ChatTemplate
 from .transport import AiohttpTransport
 
@@ -56,6 +61,10 @@ class ServerStats(msgspec.Struct, frozen=True, kw_only=True):
     errors: int
     """Failed attempts (each retry counts)."""
     usage: Usage
+    aborts: AbortStats = AbortStats()
+    """Calls abandoned mid-request, and which path aborted them."""
+    workers: tuple[str, ...] = ()
+    """The workers behind this URL when it is an sglang-router."""
 
 
 class RouterStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +93,7 @@ class _Server:
         self.failures = 0
         self.open_until = 0.0
         self.probing = False
+        self.workers: tuple[str, ...] = ()
         self._config = config
 
     def available(self, now: float) -> bool:
@@ -138,8 +148,10 @@ class ModelRouter:
         self._episode_usage: OrderedDict[str, Usage] = OrderedDict()
         self._next = 0
         self._rerouted = 0
-        self._context_length = config.context_length
+        self._context_length: int | None = config.context_length or None
+        self._reported = False
         self._model_name = config.model
+        self._transport: AiohttpTransport | None = None
 
     @property
     def model_name(self) -> str:
@@ -148,35 +160,46 @@ class ModelRouter:
 
     @property
     def context_length(self) -> int:
-        """Smallest context window the servers report, else ``llm.context_length``."""
+        """Smallest context window the servers (or a router's workers) report, else
+        ``llm.context_length``; raises when neither is known (servers down at start)."""
+        if self._context_length is None:
+            raise LLMConnectionError(
+                "ModelRouter: context length unknown: no server answered when asked ("
+                + ", ".join(self._urls) + "); start them or set llm.context_length"
+            )
         return self._context_length
 
     async def __aenter__(self) -> ModelRouter:
-        transport = AiohttpTransport(max_reply_bytes=self.config.max_reply_bytes)
-        self._http = make_http_client(self.config, transport)
+        self._transport = AiohttpTransport(max_reply_bytes=self.config.max_reply_bytes)
+        self._http = make_http_client(self.config, self._transport)
         self._servers = [
-            _Server(SGLangClient(u, self.config, http=self._http, transport=transport,
+            _Server(SGLangClient(u, self.config, http=self._http, transport=self._transport,
                                  template=self._template), self.config)
             for u in self._urls
         ]
-        lengths: list[int] = []
         names: list[str] = []
-        async with anyio.create_task_group() as tg:
-            async def probe(server: _Server) -> None:
-                timeout_s = self.config.connect_timeout_s
-                server.healthy = await server.client.health(timeout_s=timeout_s)
-                if server.healthy and (length := await server.client.context_length(timeout_s=timeout_s)):
-                    lengths.append(length)
-                if server.healthy and not self.config.model:
-                    with contextlib.suppress(LLMError, msgspec.DecodeError):
-                        info = await server.client.model_info(timeout_s=timeout_s)
-                        if isinstance(name := info.get("model_path"), str) and name:
-                            names.append(name)
 
-            for server in self._servers:
-                tg.start_soon(probe, server)
-        if lengths:
-            self._context_length = min(lengths)
+        async def model_name(server: _Server) -> None:
+            if server.healthy and not self.config.model:
+                with contextlib.suppress(LLMError, msgspec.DecodeError):
+                    info = await server.client.model_info(timeout_s=self.config.connect_timeout_s)
+                    if isinstance(name := info.get("model_path"), str) and name:
+                        names.append(name)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for server in self._servers:
+                    async def probe(server: _Server = server) -> None:
+                        server.healthy = await server.client.health(
+                            timeout_s=self.config.connect_timeout_s)
+                        await model_name(server)
+
+                    tg.start_soon(probe)
+            await self._learn_context_length()
+        except BaseException:
+            await self._http.aclose()
+            self._http = None
+            raise
         if names:  # llm.model unset: record what the servers say they serve
             self._model_name = sorted(names)[0]
         self._tg = anyio.create_task_group()
@@ -184,6 +207,60 @@ class ModelRouter:
         for server in self._servers:
             self._tg.start_soon(self._health_loop, server)
         return self
+
+    async def _server_context_length(self, server: _Server) -> tuple[int | None, str]:
+        """(window, what was asked) for one healthy server or router URL."""
+        timeout_s = self.config.connect_timeout_s
+        client = server.client
+        if self.config.routing != "router" and (length := await client.context_length(timeout_s=timeout_s)):
+            return length, client.url
+        # A router: its /get_server_info is its own (no window), and a proxied
+        # /get_model_info answers for one worker of its choosing. Ask every worker.
+        server.workers = await client.workers(timeout_s=timeout_s)
+        if not server.workers:
+            if self.config.routing == "router" and (length := await client.context_length(timeout_s=timeout_s)):
+                return length, client.url  # a router too old to list its workers
+            return None, f"{client.url} (no context length in /get_model_info or /get_server_info)"
+        assert self._http is not None and self._transport is not None
+        found: list[int] = []
+
+        async def ask(url: str) -> None:
+            worker = SGLangClient(url, self.config, http=self._http, transport=self._transport)
+            if length := await worker.context_length(timeout_s=timeout_s):
+                found.append(length)
+
+        async with anyio.create_task_group() as tg:
+            for url in server.workers:
+                tg.start_soon(ask, url)
+        if found:
+            return min(found), client.url
+        return None, (f"{client.url} (a router; none of its workers "
+                      f"{', '.join(server.workers)} reported a context length)")
+
+    async def _learn_context_length(self) -> None:
+        """Read the window from every healthy server; fail when all answered with none."""
+        if self._reported:
+            return
+        results: list[tuple[int | None, str]] = []
+
+        async def one(server: _Server) -> None:
+            results.append(await self._server_context_length(server))
+
+        async with anyio.create_task_group() as tg:
+            for server in self._servers:
+                if server.healthy:
+                    tg.start_soon(one, server)
+        if not results:
+            return  # nobody to ask yet: probe_servers asks again
+        lengths = [length for length, _ in results if length]
+        if lengths:
+            self._context_length = min(lengths)
+            self._reported = True
+        elif not self.config.context_length:
+            raise LLMConnectionError(
+                "no context length: " + "; ".join(what for _, what in results)
+                + ". Set llm.context_length to the model's context window"
+            )
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -220,6 +297,7 @@ class ModelRouter:
                     tg.start_soon(check, server)
         for server in self._servers:
             server.healthy = server.url in answered
+        await self._learn_context_length()  # servers down when the router opened
         return tuple(s.url for s in self._servers if s.url not in answered)
 
     async def _health_loop(self, server: _Server) -> None:
@@ -366,6 +444,7 @@ class ModelRouter:
             ServerStats(
                 url=s.url, requests=s.requests, in_flight=s.in_flight, healthy=s.healthy,
                 breaker_open=s.breaker_open(now), errors=s.errors, usage=s.usage,
+                aborts=s.client.abort_statistics(), workers=s.workers,
             )
             for s in self._servers
         )

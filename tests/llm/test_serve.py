@@ -11,7 +11,7 @@ import pytest
 
 from rsr_async.config import LLMConfig
 from rsr_async.llm.client import SGLangClient
-from rsr_async.llm.serve import ServeSpec, build_commands, serve_fleet
+from rsr_async.llm.serve import ServeSpec, build_commands, router_settings, serve_fleet
 from tests.conftest import run_cli_env
 
 
@@ -30,6 +30,43 @@ def test_commands_for_servers_and_router() -> None:
     assert router[router.index("--worker-urls") + 1:router.index("--worker-urls") + 3] == [
         "http://127.0.0.1:31000", "http://127.0.0.1:31001"]
     assert router[router.index("--policy") + 1] == "cache_aware"
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_router_balance_threshold_follows_the_run_concurrency() -> None:
+    # sglang-router's cache_aware rule (README "Models"): the least loaded worker gets the
+    # request once max - min > abs threshold and max > min * rel threshold. Its default
+    # abs threshold (64) is never crossed by 32 in flight; serve's is a quarter of each
+    # server's share.
+    for concurrency, servers, expected in ((32, 2, 4), (512, 8, 16), (3, 2, 1), (64, 1, 16)):
+        spec = ServeSpec(model_path="m", servers=servers, router=True, concurrency=concurrency)
+        router = build_commands(spec)[-1]
+        assert _flag(router, "--balance-abs-threshold") == str(expected)
+        assert _flag(router, "--balance-rel-threshold") == "1.5"
+        assert _flag(router, "--cache-threshold") == "0.3"
+        assert f"{concurrency} in flight over {servers} servers" in router_settings(spec).reason
+    given = ServeSpec(model_path="m", servers=2, router=True, balance_abs_threshold=64,
+                      router_args=("--log-level", "warn"))
+    router = build_commands(given)[-1]
+    assert _flag(router, "--balance-abs-threshold") == "64" and router[-2:] == ["--log-level", "warn"]
+    other = build_commands(ServeSpec(model_path="m", servers=2, router=True,
+                                     router_policy="round_robin"))[-1]
+    assert _flag(other, "--policy") == "round_robin" and "--balance-abs-threshold" not in other
+
+
+def test_dry_run_with_router_says_which_settings_and_why() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rsr_async", "serve", "--model-path", "m", "--servers", "2",
+         "--router", "--concurrency", "32", "--dry-run"],
+        env=run_cli_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    said, *commands = out.stdout.strip().splitlines()
+    assert said.startswith("router: --policy cache_aware") and "--balance-abs-threshold 4" in said
+    assert "32 in flight over 2 servers" in said and "default 64" in said
+    assert "--balance-abs-threshold 4" in commands[-1] and len(commands) == 3
 
 
 def test_dry_run_prints_the_commands() -> None:

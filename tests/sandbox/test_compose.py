@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from rsr_async.sandbox.pool import LABEL_EPISODE, LABEL_RUN, LABEL_SERVICE
 from rsr_async.tasks.loader import load_task
 from rsr_async.tasks.oracle import validate_task
 from rsr_async.tasks.verifier import try_verify
+from tests.conftest import run_cli_env
 
 from .conftest import FIXTURES, containers_of, new_run_id
 
@@ -217,6 +219,13 @@ async def test_a_compose_episode_reaches_its_services_by_name_and_leaves_nothing
                 ("container", "main"), ("container", "seed"), ("container", "store"), ("network", "")
             ]
             assert not any(item.removable for item in mine)  # our owner is alive
+            with anyio.fail_after(60):
+                listing = await anyio.run_process(
+                    [sys.executable, "-m", "rsr_async", "sandbox", "ls"], env=run_cli_env()
+                )
+            lines = [x for x in listing.stdout.decode().splitlines() if f"run={run_id}" in x]
+            assert sum("service=" in x for x in lines) == 3
+            assert [x for x in lines if f"network={network['Name']}" in x]
             # The hidden tests see the service too; the untouched environment fails them.
             verdict = await try_verify(sandbox, task)
             assert verdict.error is None and verdict.reward == 0.0
@@ -305,3 +314,42 @@ async def test_sixteen_compose_episodes_at_once_leave_nothing(
     # Each episode had its own store: 16 different random values.
     assert len(set(answers)) == 16
     assert await containers_of(run_id) == [] and await networks_of(run_id) == []
+
+
+async def test_a_verification_copy_joins_the_episodes_network(
+    config: SandboxConfig, tmp_path: Path, web_task: Path
+) -> None:
+    task = load_task(web_task)
+    run_id = new_run_id()
+    async with SandboxPool(config, run_id=run_id, run_dir=tmp_path / "run") as pool:
+        async with pool.sandbox(task, key="rsrt") as sandbox:
+            await sandbox.run("curl -fsS http://store:8000/answer > /app/answer.txt", time_limit=20)
+            async with pool.snapshot(sandbox, task, key="rsrt") as copy:
+                assert copy.id != sandbox.id
+                # RSRT's hidden tests run in the copy: they see the services as the agent left them.
+                assert (await try_verify(copy, task)).reward == 1.0
+    assert await containers_of(run_id) == [] and await networks_of(run_id) == []
+
+
+async def test_the_sweep_removes_a_dead_processs_compose_network(tmp_path: Path) -> None:
+    run_id = new_run_id()
+    docker, connector = open_client(URL)
+    try:
+        with anyio.fail_after(30):
+            # What a killed run leaves: a labelled network whose owner is not this process.
+            await docker.networks.create({
+                "Name": f"rsr-leftover-{run_id}",
+                "Internal": True,
+                "Labels": {LABEL_RUN: run_id, LABEL_EPISODE: "e1", "rsr_async.owner": "elsewhere:1:1"},
+            })
+    finally:
+        await docker.close()
+        await connector.close()
+    try:
+        listed = [item for item in await sweep([URL], dry_run=True) if item.run == run_id]
+        assert [(i.kind, i.episode, i.removable) for i in listed] == [("network", "e1", False)]
+        removed = [item for item in await sweep([URL], run_id=run_id) if item.run == run_id]
+        assert [(i.kind, i.removed) for i in removed] == [("network", True)]
+        assert await networks_of(run_id) == []
+    finally:
+        await sweep([URL], run_id=run_id, everything_of_run=True)

@@ -1,4 +1,5 @@
-"""``python -m rsr_async sandbox``: list and garbage-collect leftover sandbox containers."""
+"""``python -m rsr_async sandbox``: list and garbage-collect leftover sandbox containers
+(and the private networks of compose episodes)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,11 @@ def main(args: argparse.Namespace) -> int:
         else:
             verdict = "removed" if item.removed else "kept"
         warm = f"  prewarmed(slot={item.warm_slot})" if item.warm_slot else ""
-        print(f"{item.id[:12]}  run={item.run}  episode={item.episode}{warm}  {item.state}  "
+        kind = f"  service={item.service}" if item.service else ""
+        if item.kind == "network":
+            kind = f"  network={item.state}"  # a compose episode's private network
+        state = "" if item.kind == "network" else f"  {item.state}"
+        print(f"{item.id[:12]}  run={item.run}  episode={item.episode}{warm}{kind}{state}  "
               f"{item.url}  {verdict}")
     removed = sum(item.removed for item in found)
     if args.action == "gc":

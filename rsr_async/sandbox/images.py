@@ -40,6 +40,7 @@ __all__ = [
     "BuildOnce",
     "bootstrap_base_image",
     "bootstrap_problem",
+    "build_context_image",
     "build_task_image",
     "context_digest",
     "hidden_entries",
@@ -342,33 +343,72 @@ async def build_task_image(
                 "Dockerfile (`ARG BASE_IMAGE` then `FROM ${BASE_IMAGE}`)"
             )
         )
-    with docker_errors(f"task {task.name!r}: base image", url=url):
+    return await build_context_image(
+        docker,
+        task,
+        context=env_dir,
+        base_image=base_image,
+        url=url,
+        api_timeout_s=api_timeout_s,
+        log_dir=log_dir,
+    )
+
+
+async def build_context_image(
+    docker: aiodocker.Docker,
+    task: Task,
+    *,
+    context: Path,
+    dockerfile: str = "Dockerfile",
+    build_args: dict[str, str] | None = None,
+    service: str | None = None,
+    base_image: str,
+    url: str,
+    api_timeout_s: float,
+    log_dir: Path | None = None,
+) -> tuple[str, bool]:
+    """Build one image of ``task`` from ``context`` (its ``dockerfile``, relative to it)
+    unless its content-hash tag exists: the task's own image, or with ``service`` one
+    compose service's (tagged ``rsr-task-<task>-<service>``). ``BASE_IMAGE`` is always
+    passed, so every image builds offline from the base; hidden tests and the solution
+    never enter the context. Returns the tag and whether a build ran."""
+    where = f"task {task.name!r}" + (f" service {service!r}" if service else "")
+    env_dir = context
+    dockerfile_path = env_dir / dockerfile
+    args = {**(build_args or {}), "BASE_IMAGE": base_image}
+    with docker_errors(f"{where}: base image", url=url):
         base_id = await image_id(docker, base_image, timeout_s=api_timeout_s)
     if base_id is None:
         raise ImageError(
-            f"task {task.name!r}: base image {base_image} is missing on {url}; "
+            f"{where}: base image {base_image} is missing on {url}; "
             "run `python -m rsr_async images bootstrap`"
         )
     hidden = await anyio.to_thread.run_sync(hidden_entries, task, env_dir)
     digest = await anyio.to_thread.run_sync(
         lambda: context_digest(env_dir, base_id=base_id, exclude=hidden)
     )
-    tag = task_image_tag(task.name, digest)
-    with docker_errors(f"task {task.name!r}: image", url=url):
+    if dockerfile != "Dockerfile" or build_args:
+        # Only then: the tags of plain task images stay what they were.
+        extra = f"{dockerfile}\0" + "\0".join(f"{k}={v}" for k, v in sorted(args.items()))
+        digest = hashlib.sha256(f"{digest}\0{extra}".encode()).hexdigest()
+    tag = task_image_tag(f"{task.name}-{service}" if service else task.name, digest)
+    with docker_errors(f"{where}: image", url=url):
         if await image_id(docker, tag, timeout_s=api_timeout_s) is not None:
             return tag, False
-    context = await anyio.to_thread.run_sync(_context_tar, env_dir, hidden)
+    archive = await anyio.to_thread.run_sync(_context_tar, env_dir, hidden)
     lines: list[str] = []
     try:
         with anyio.fail_after(task.build_timeout_s):
             build = docker.images.build(
-                fileobj=io.BytesIO(context),
+                fileobj=io.BytesIO(archive),
                 encoding="identity",
                 tag=tag,
-                buildargs={"BASE_IMAGE": base_image},
+                buildargs=args,
+                path_dockerfile=dockerfile,
                 rm=True,
                 forcerm=True,
-                labels={"rsr_async.task": task.name, "rsr_async.content": digest},
+                labels={"rsr_async.task": task.name, "rsr_async.content": digest}
+                | ({"rsr_async.service": service} if service else {}),
                 stream=True,
             )
             async with aclosing(build) as items:  # type: ignore[type-var]
@@ -380,23 +420,23 @@ async def build_task_image(
         log = "".join(lines)
         await _save_log(log_dir, tag, log)
         raise ImageBuildError(
-            f"task {task.name!r}: image build timed out after {task.build_timeout_s:.0f} s "
+            f"{where}: image build timed out after {task.build_timeout_s:.0f} s "
             f"(build_timeout_sec); last output:\n{log[-_LOG_TAIL:]}",
             log=log,
         ) from exc
     except aiodocker.DockerError as exc:
         if exc.status == 900:
             raise DockerUnavailableError(
-                f"task {task.name!r}: Docker daemon unreachable at {url} during build"
+                f"{where}: Docker daemon unreachable at {url} during build"
             ) from exc
         lines.append(f"ERROR: {exc.message}\n")
         log = "".join(lines)
         await _save_log(log_dir, tag, log)
         hint = ""
-        if "BASE_IMAGE" not in dockerfile.read_text(errors="replace"):
+        if "BASE_IMAGE" not in dockerfile_path.read_text(errors="replace"):
             hint = " (no registry here: the Dockerfile should start `ARG BASE_IMAGE` / `FROM ${BASE_IMAGE}`)"
         error = ImageBuildError(
-            f"task {task.name!r}: image build failed: {exc.message}{hint}; "
+            f"{where}: image build failed: {exc.message}{hint}; "
             f"last output:\n{log[-_LOG_TAIL:]}",
             log=log,
         )

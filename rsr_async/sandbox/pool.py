@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import socket
@@ -32,16 +33,25 @@ import anyio.abc
 import msgspec
 
 from ..config import SandboxConfig
-from ..errors import ContainerError, DockerUnavailableError, ImageError, SandboxError
+from ..errors import ContainerError, DockerUnavailableError, ImageError, SandboxError, TaskError
 from ..schema import Task
+from .compose import (
+    MAIN_SERVICE,
+    ComposeService,
+    ComposeSpec,
+    compose_file,
+    compose_variables,
+    load_compose,
+)
 from .container import DockerSandbox, docker_errors, permanent_status
 from .hosts import DockerHost, open_client
-from .images import BuildOnce, build_task_image, image_id
+from .images import BuildOnce, build_context_image, build_task_image, image_id
 
 __all__ = [
     "CLAIMS_NAME",
     "LABEL_EPISODE",
     "LABEL_RUN",
+    "LABEL_SERVICE",
     "LABEL_SNAPSHOT",
     "LABEL_WARM",
     "SNAPSHOT_REPOSITORY",
@@ -61,6 +71,8 @@ LABEL_TASK = "rsr_async.task"
 LABEL_OWNER = "rsr_async.owner"
 """``<host id>:<pid>:<process start ticks>`` of the process that started the container."""
 LABEL_RUN_DIR = "rsr_async.run_dir"
+LABEL_SERVICE = "rsr_async.service"
+"""On the containers of a compose task: the service each one runs (``main``: the agent's)."""
 LABEL_SNAPSHOT = "rsr_async.snapshot"
 """On a verification copy and its committed image: the episode key it was copied from."""
 SNAPSHOT_REPOSITORY = "rsr-async-snapshot"
@@ -157,9 +169,13 @@ def owner_gone(labels: dict[str, str]) -> bool:
 
 
 class LeftoverContainer(msgspec.Struct, frozen=True, kw_only=True):
-    """A labelled container found by :func:`sweep`."""
+    """A labelled container (or a compose episode's network) found by :func:`sweep`."""
 
     url: str
+    kind: str = "container"
+    """``container``, or ``network`` for the private network of a compose episode."""
+    service: str = ""
+    """The compose service a container ran (``main`` for the agent's); empty otherwise."""
     id: str
     run: str
     episode: str
@@ -217,6 +233,7 @@ async def sweep(
                     LeftoverContainer(
                         url=url,
                         id=item.id,
+                        service=labels.get(LABEL_SERVICE, ""),
                         run=run,
                         episode=episode,
                         state=str(item._container.get("State", "")),
@@ -225,12 +242,66 @@ async def sweep(
                         removed=remove and not dry_run,
                     )
                 )
+            # After the containers: a network goes only once nothing is attached to it.
+            found += await _sweep_networks(
+                docker, url, run_id=run_id, me=me, everything_of_run=everything_of_run,
+                dry_run=dry_run, timeout_s=timeout_s,
+            )
             if not dry_run:
                 await _sweep_snapshots(docker, run_id, timeout_s=timeout_s)
         finally:
             await docker.close()
             await connector.close()
     return found
+
+
+async def _sweep_networks(
+    docker: aiodocker.Docker,
+    url: str,
+    *,
+    run_id: str | None,
+    me: str,
+    everything_of_run: bool,
+    dry_run: bool,
+    timeout_s: float,
+) -> list[LeftoverContainer]:
+    """The labelled networks of compose episodes, by the same rule as their containers."""
+    with docker_errors(f"sweep networks {url}", url=url), anyio.fail_after(timeout_s):
+        networks = await docker.networks.list(filters={"label": [LABEL_RUN]})
+    found: list[LeftoverContainer] = []
+    for network in networks:
+        labels: dict[str, str] = network.get("Labels") or {}
+        run = labels.get(LABEL_RUN, "")
+        same_run = run_id is not None and run == run_id
+        remove = owner_gone(labels) or (
+            same_run and (everything_of_run or labels.get(LABEL_OWNER) != me)
+        )
+        removed = remove and not dry_run and await _remove_network(docker, network["Id"], timeout_s=timeout_s)
+        found.append(
+            LeftoverContainer(
+                url=url,
+                kind="network",
+                id=str(network["Id"]),
+                run=run,
+                episode=labels.get(LABEL_EPISODE, ""),
+                state=str(network.get("Name", "")),
+                removable=remove,
+                removed=removed,
+            )
+        )
+    return found
+
+
+async def _remove_network(docker: aiodocker.Docker, network_id: str, *, timeout_s: float) -> bool:
+    """Remove a network; True when it is gone (or was already)."""
+    with anyio.move_on_after(timeout_s, shield=True):
+        try:
+            network = await docker.networks.get(network_id)
+            await network.delete()
+            return True
+        except aiodocker.DockerError as exc:
+            return exc.status == 404
+    return False
 
 
 class _Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -291,6 +362,49 @@ async def _remove(docker: aiodocker.Docker, container_id: str, *, timeout_s: flo
     return False
 
 
+def _join(config: dict[str, Any], network: str, aliases: tuple[str, ...]) -> None:
+    """Put a container on a compose episode's network, answering to ``aliases``."""
+    config["NetworkDisabled"] = False
+    config["HostConfig"]["NetworkMode"] = network
+    config["NetworkingConfig"] = {"EndpointsConfig": {network: {"Aliases": list(aliases)}}}
+
+
+def _judge_state(info: dict[str, Any], *, healthy: bool) -> str | None:
+    """``ok``, why the wait failed, or None (not decided yet), from ``inspect``."""
+    state = info.get("State") or {}
+    health = str((state.get("Health") or {}).get("Status", ""))
+    if healthy:
+        if health == "healthy":
+            return "ok"
+        if health == "unhealthy":
+            return "unhealthy"
+    elif state.get("Status") == "exited":
+        code = state.get("ExitCode")
+        return "ok" if code == 0 else f"exited with code {code}"
+    if state.get("Status") in ("exited", "dead"):
+        return f"exited with code {state.get('ExitCode')}"
+    return None
+
+
+def _judge_event(line: bytes, *, healthy: bool) -> str | None:
+    """The same, from one line of Docker's event stream."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    action = str(event.get("Action") or event.get("status") or "")
+    if healthy and action == "health_status: healthy":
+        return "ok"
+    if healthy and action == "health_status: unhealthy":
+        return "unhealthy"
+    if action == "die":
+        code = ((event.get("Actor") or {}).get("Attributes") or {}).get("exitCode")
+        if not healthy and code == "0":
+            return "ok"
+        return f"exited with code {code}"
+    return None
+
+
 class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of the pool's counters."""
 
@@ -332,6 +446,12 @@ class SandboxPool:
         """Container id → its tmpfs mount points (uploads there go through an exec)."""
         self._claims: dict[str, str] = {}
         """Container id → episode key of the prewarmed containers episodes took."""
+        self._networks: dict[str, DockerHost] = {}
+        """Network id → host of the private networks of live compose episodes."""
+        self._episode_network: dict[str, str] = {}
+        """Main container id → its compose episode's network (a snapshot joins it)."""
+        self._compose: dict[str, ComposeSpec | None] = {}
+        """Task path → its parsed docker-compose.yaml (None: not a compose task)."""
         self._lock_file: Any = None
         self._build_limiter = anyio.Semaphore(max(1, config.build_concurrency))
         self._started = 0
@@ -384,6 +504,8 @@ class SandboxPool:
                 async with anyio.create_task_group() as tg:
                     for container_id, (host, _) in list(self._containers.items()):
                         tg.start_soon(self._discard, host, container_id)
+                for network_id, host in list(self._networks.items()):
+                    await self._discard_network(host, network_id)
                 await self._sweep_own()
             finally:
                 await self._close_hosts()
@@ -426,6 +548,13 @@ class SandboxPool:
             for item in found:
                 if await _remove(host.docker, item.id, timeout_s=self.config.api_timeout_s):
                     self._removed += 1
+            with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError):
+                with anyio.fail_after(self.config.api_timeout_s):
+                    networks = await host.docker.networks.list(
+                        filters={"label": [f"{LABEL_POOL}={self._pool_id}"]}
+                    )
+                for network in networks:
+                    await _remove_network(host.docker, network["Id"], timeout_s=self.config.api_timeout_s)
             # A commit a killed predecessor asked for can land after our start-up sweep
             # (the daemon finishes it alone); at exit no snapshot of this run is in use.
             with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError):
@@ -490,6 +619,10 @@ class SandboxPool:
         return tags[0]
 
     async def _ensure_on(self, host: DockerHost, task: Task) -> str:
+        spec = await self._compose_spec(task)
+        if spec is not None:
+            images = await self._compose_images(host, task, spec)
+            return images[MAIN_SERVICE]
         timeout = self.config.api_timeout_s
         # A 400 here is a malformed reference (e.g. `UPPER/Case:bad tag`): the task's fault.
         where = f"task {task.name!r}: image {task.docker_image}"
@@ -524,14 +657,271 @@ class SandboxPool:
 
         return await self._builds.get(key, build)
 
+    # ------------------------------------------------------------------ compose tasks
+
+    async def _compose_spec(self, task: Task) -> ComposeSpec | None:
+        """The task's parsed ``docker-compose.yaml`` (once per task), None without one. The
+        loader refused a bad file already; one changed since is the task's fault too."""
+        cache_key = f"{task.path}\0{task.environment_dir}"
+        if cache_key not in self._compose:
+
+            def parse() -> ComposeSpec | None:
+                path = compose_file(task)
+                if path is None:
+                    return None
+                variables = compose_variables(
+                    task, cpus=self.config.default_cpus, memory_mb=self.config.default_memory_mb
+                )
+                return load_compose(path, task=task, variables=variables)
+
+            try:
+                self._compose[cache_key] = await anyio.to_thread.run_sync(parse)
+            except TaskError as exc:
+                raise ImageError(str(exc)).as_permanent() from exc
+        return self._compose[cache_key]
+
+    async def _compose_images(self, host: DockerHost, task: Task, spec: ComposeSpec) -> dict[str, str]:
+        """Service name → image on ``host``, each built once (or found: never pulled)."""
+        return {service.name: await self._service_image(host, task, service) for service in spec.services}
+
+    async def _service_image(self, host: DockerHost, task: Task, service: ComposeService) -> str:
+        timeout = self.config.api_timeout_s
+        where = f"task {task.name!r} service {service.name!r}"
+        if service.build_context is None:
+            assert service.image is not None  # the parser gives every service one or the other
+            with docker_errors(f"{where}: image {service.image}", url=host.url, permanent_4xx=True,
+                               error=ImageError):
+                present = await image_id(host.docker, service.image, timeout_s=timeout)
+            if present is None:
+                raise ImageError(
+                    f"{where}: image {service.image} is not on {host.url} and nothing is pulled "
+                    "here; give the service a build (`ARG BASE_IMAGE` / `FROM ${BASE_IMAGE}`)"
+                ).as_permanent()
+            return service.image
+        # main keeps the plain task image's tag: a task that grows a compose file with
+        # the same environment/Dockerfile reuses its cached image.
+        label = None if service.name == MAIN_SERVICE else service.name
+        args = "\0".join(f"{k}={v}" for k, v in sorted(service.build_args.items()))
+        key = f"{host.url}\0{task.name}\0{label}\0{service.build_context}\0{service.dockerfile}\0{args}"
+        context = Path(service.build_context)
+
+        async def build() -> str:
+            async with self._build_limiter:
+                tag, built = await build_context_image(
+                    host.docker,
+                    task,
+                    context=context,
+                    dockerfile=service.dockerfile,
+                    build_args=service.build_args,
+                    service=label,
+                    base_image=self.config.base_image,
+                    url=host.url,
+                    api_timeout_s=timeout,
+                    log_dir=self.run_dir / "builds" if self.run_dir else None,
+                )
+            self._images_built += built
+            return tag
+
+        return await self._builds.get(key, build)
+
+    @contextlib.asynccontextmanager
+    async def _compose_sandbox(
+        self, task: Task, spec: ComposeSpec, *, key: str
+    ) -> AsyncIterator[DockerSandbox]:
+        """Every service on a private network of this episode, ``main`` as the sandbox;
+        all of it removed on exit whatever happens."""
+        host = self._host_for()
+        images = await self._compose_images(host, task, spec)
+        network_id, network = await self._create_network(host, task, key)
+        started: list[str] = []
+        running: dict[str, tuple[Any, float]] = {}
+        main: Any = None
+        error: BaseException | None = None
+        try:
+            for service in spec.services:
+                for dep in service.depends_on:
+                    container, since = running[dep.service]
+                    await self._wait_for(host, task, key, spec.service(dep.service), container,
+                                         since=since, condition=dep.condition)
+                since = time.time() - 1.0  # events are asked from here: none is missed
+                if service.name == MAIN_SERVICE:
+                    config = self._container_config(task, images[service.name], key)
+                    config["Env"] = [f"{k}={v}" for k, v in {**service.environment, **task.env}.items()]
+                    if service.working_dir and not task.workdir:
+                        config["WorkingDir"] = service.working_dir
+                    self._limit_storage(config, host, task)
+                else:
+                    config = self._service_config(task, service, images[service.name], key)
+                config["Labels"][LABEL_SERVICE] = service.name
+                _join(config, network, service.aliases)
+                container = await self._start(host, task, images[service.name], key, config=config,
+                                              service=service.name)
+                started.append(container.id)
+                running[service.name] = (container, since)
+                if service.name == MAIN_SERVICE:
+                    main = container
+            self._episode_network[main.id] = network
+            async with anyio.create_task_group() as tg:
+                sandbox = self._wrap(main, task, key, host, tg)
+                try:
+                    yield sandbox
+                except BaseException as exc:
+                    error = exc  # raised after the task group closes, unwrapped
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await sandbox.aclose()
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if main is not None:
+                    self._episode_network.pop(main.id, None)
+                async with anyio.create_task_group() as tg:
+                    for container_id in started:
+                        tg.start_soon(self._discard, host, container_id)
+                await self._discard_network(host, network_id)
+        if error is not None:
+            raise error
+
+    def _service_config(
+        self, task: Task, service: ComposeService, image: str, key: str
+    ) -> dict[str, Any]:
+        """A sidecar: the sandbox's limits and privileges (the defaults, not the task's:
+        those are the agent's container's, as in Harbor), its own command and env."""
+        memory = self.config.default_memory_mb * 1024 * 1024
+        config: dict[str, Any] = {
+            "Image": image,
+            "Hostname": service.hostname or service.name,
+            "Labels": self._labels(task, key),
+            "Env": [f"{k}={v}" for k, v in service.environment.items()],
+            "AttachStdin": False,
+            "AttachStdout": False,
+            "AttachStderr": False,
+            "Tty": False,
+            "HostConfig": {
+                "Init": True,
+                "NanoCpus": int(self.config.default_cpus * 1e9),
+                "Memory": memory,
+                "MemorySwap": memory,
+                "PidsLimit": self.config.pids_limit,
+                "Privileged": False,
+                "CapDrop": ["ALL"],
+                "CapAdd": _CAPABILITIES,
+                "SecurityOpt": ["no-new-privileges"],
+                "Binds": [],
+                "AutoRemove": False,
+            },
+        }
+        if service.entrypoint is not None:
+            config["Entrypoint"] = list(service.entrypoint)
+        if service.command is not None:
+            config["Cmd"] = list(service.command)
+        if service.working_dir:
+            config["WorkingDir"] = service.working_dir
+        if service.user:
+            config["User"] = service.user
+        if service.healthcheck is not None:
+            config["Healthcheck"] = service.healthcheck.docker()
+        return config
+
+    async def _create_network(self, host: DockerHost, task: Task, key: str) -> tuple[str, str]:
+        """A fresh bridge network for one episode, labelled like its containers; internal
+        (no route out) unless both the task and ``sandbox.allow_network`` allow network."""
+        name = f"rsr-{uuid.uuid4().hex[:16]}"
+        internal = not (task.allow_internet and self.config.allow_network)
+        where = f"task {task.name!r} (episode {key}): network create"
+        # Shielded: a network the daemon makes after we stopped listening would be lost.
+        with anyio.CancelScope(shield=True), anyio.fail_after(self.config.api_timeout_s), docker_errors(
+            where, url=host.url
+        ):
+            network = await host.docker.networks.create({
+                "Name": name,
+                "Driver": "bridge",
+                "Internal": internal,
+                "CheckDuplicate": True,
+                "Labels": self._labels(task, key),
+            })
+        self._networks[network.id] = host
+        return network.id, name
+
+    async def _discard_network(self, host: DockerHost, network_id: str) -> None:
+        with anyio.CancelScope(shield=True):
+            ok = await _remove_network(host.docker, network_id, timeout_s=self.config.api_timeout_s)
+        self._networks.pop(network_id, None)
+        if not ok:
+            self._remove_failures += 1
+
+    async def _wait_for(
+        self,
+        host: DockerHost,
+        task: Task,
+        key: str,
+        service: ComposeService,
+        container: Any,
+        *,
+        since: float,
+        condition: str,
+    ) -> None:
+        """Wait, on Docker's events, until ``service`` meets a ``depends_on`` condition.
+
+        ``service_healthy`` waits as long as Docker may take to decide (the healthcheck's
+        start period and retries); ``service_completed_successfully`` as long as a build
+        may take (``build_timeout_sec``: it is environment set-up). A service that dies,
+        turns unhealthy or exits non-zero is a :class:`ContainerError` with its last output.
+        """
+        if condition == "service_started":
+            return  # started in order before its dependants
+        where = f"task {task.name!r} (episode {key}) service {service.name!r}"
+        healthy = condition == "service_healthy"
+        if healthy:
+            assert service.healthcheck is not None  # the parser insists
+            deadline = service.healthcheck.deadline_s() + self.config.api_timeout_s
+        else:
+            deadline = task.build_timeout_s
+        params = {
+            "since": f"{since:.3f}",
+            "filters": json.dumps({"container": [container.id], "type": ["container"]}),
+        }
+        verdict: str | None = None
+        try:
+            with anyio.fail_after(deadline), docker_errors(f"{where}: events", url=host.url):
+                async with host.docker._query("events", params=params, timeout=None) as response:
+                    # Subscribed first, then asked: a change between the two is in the stream.
+                    verdict = _judge_state(await container.show(), healthy=healthy)
+                    if verdict is None:
+                        async for line in response.content:
+                            verdict = _judge_event(line, healthy=healthy)
+                            if verdict is not None:
+                                break
+        except TimeoutError as exc:
+            raise ContainerError(
+                f"{where}: not {'healthy' if healthy else 'completed'} after {deadline:.0f} s"
+            ) from exc
+        if verdict != "ok":
+            detail = await self._last_words(container, host)
+            raise ContainerError(
+                f"{where}: {verdict or 'event stream ended'} while "
+                f"{'waiting for it to be healthy' if healthy else 'waiting for it to complete'}"
+                f"; last output: {detail}"
+            )
+
+    async def _last_words(self, container: Any, host: DockerHost) -> str:
+        """The end of a failed service's log and health log, for its error message."""
+        parts: list[str] = []
+        with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError), anyio.fail_after(
+            self.config.api_timeout_s
+        ):
+            info = await container.show()
+            checks = ((info.get("State") or {}).get("Health") or {}).get("Log") or []
+            parts.extend(f"healthcheck: {str(c.get('Output', '')).strip()}" for c in checks[-1:])
+            lines = await container.log(stdout=True, stderr=True, tail=20)
+            parts.append("".join(lines).strip())
+        text = " | ".join(p for p in parts if p).replace("\n", " / ")
+        return text[-800:] or "(none)"
+
     # ------------------------------------------------------------------ containers
 
-    def _container_config(
-        self, task: Task, image: str, key: str, snapshot_of: str | None = None
-    ) -> dict[str, Any]:
-        cpus = task.cpus or self.config.default_cpus
-        memory = (task.memory_mb or self.config.default_memory_mb) * 1024 * 1024
-        network = task.allow_internet and self.config.allow_network
+    def _labels(self, task: Task, key: str) -> dict[str, str]:
+        """Whose a container or network is: what :func:`sweep` decides by."""
         labels = {
             LABEL_RUN: self.run_id,
             LABEL_EPISODE: key,
@@ -541,6 +931,15 @@ class SandboxPool:
         }
         if self.run_dir is not None:
             labels[LABEL_RUN_DIR] = str(self.run_dir.resolve())
+        return labels
+
+    def _container_config(
+        self, task: Task, image: str, key: str, snapshot_of: str | None = None
+    ) -> dict[str, Any]:
+        cpus = task.cpus or self.config.default_cpus
+        memory = (task.memory_mb or self.config.default_memory_mb) * 1024 * 1024
+        network = task.allow_internet and self.config.allow_network
+        labels = self._labels(task, key)
         if snapshot_of is not None:
             labels[LABEL_SNAPSHOT] = snapshot_of
         config: dict[str, Any] = {
@@ -583,12 +982,17 @@ class SandboxPool:
         *,
         snapshot_of: str | None = None,
         warm_slot: str | None = None,
+        config: dict[str, Any] | None = None,
+        service: str | None = None,
     ) -> Any:
-        config = self._container_config(task, image, key, snapshot_of)
-        if warm_slot is not None:
-            config["Labels"][LABEL_WARM] = warm_slot
-        self._limit_storage(config, host, task)
-        where = f"task {task.name!r} (episode {key})"
+        """Create and start one container; ``config`` given (a compose sidecar) is used
+        as it is, else the episode container's is made here."""
+        if config is None:
+            config = self._container_config(task, image, key, snapshot_of)
+            if warm_slot is not None:
+                config["Labels"][LABEL_WARM] = warm_slot
+            self._limit_storage(config, host, task)
+        where = f"task {task.name!r} (episode {key})" + (f" service {service!r}" if service else "")
         slot = await host.start_slot()
         container_id: str | None = None
         host.live += 1
@@ -685,7 +1089,13 @@ class SandboxPool:
 
     @contextlib.asynccontextmanager
     async def sandbox(self, task: Task, *, key: str) -> AsyncIterator[DockerSandbox]:
-        """A fresh container for one episode, removed on exit whatever happens."""
+        """A fresh container for one episode, removed on exit whatever happens. A compose
+        task gets all its services on a private network, ``main`` as the sandbox."""
+        spec = await self._compose_spec(task)
+        if spec is not None:
+            async with self._compose_sandbox(task, spec, key=key) as sandbox:
+                yield sandbox
+            return
         host = self._host_for()
         image = await self._ensure_on(host, task)
         queue = self._warm.get((host.url, task.name, image))
@@ -739,7 +1149,16 @@ class SandboxPool:
         labels = {LABEL_RUN: self.run_id, LABEL_POOL: self._pool_id, LABEL_SNAPSHOT: key}
         try:
             await source.commit(repository=SNAPSHOT_REPOSITORY, tag=tag, labels=labels)
-            container = await self._start(host, task, image, f"{key}#copy", snapshot_of=key)
+            config = None
+            network = self._episode_network.get(source.id)
+            if network is not None:
+                # A compose episode's copy joins its network: the tests see its services
+                # as the agent left them.
+                config = self._container_config(task, image, f"{key}#copy", key)
+                _join(config, network, ())
+                self._limit_storage(config, host, task)
+            container = await self._start(host, task, image, f"{key}#copy", snapshot_of=key,
+                                          config=config)
             try:
                 async with anyio.create_task_group() as tg:
                     sandbox = self._wrap(container, task, f"{key}#copy", host, tg)
@@ -793,6 +1212,8 @@ class SandboxPool:
         """Start ``count`` (default ``sandbox.warm_pool``) containers of ``task``'s image ahead
         of demand; :meth:`sandbox` takes them first. Call it from the engine's task group."""
         count = self.config.warm_pool if count is None else count
+        if await self._compose_spec(task) is not None:
+            return 0  # a compose episode is several containers and a network: not prewarmed
         started = 0
         for _ in range(count):
             host = self._host_for()

@@ -18,7 +18,9 @@ than charged to a model or to the infrastructure later:
 - timeouts, ``cpus``, ``memory_mb`` and ``storage_mb`` must be finite and > 0;
 - an instruction over :data:`MAX_INSTRUCTION_BYTES` (1 MiB);
 - a symlink anywhere in the task directory that resolves outside it (it would put a host
-  file into the prompt, the stored trajectory, the image or the verifier).
+  file into the prompt, the stored trajectory, the image or the verifier);
+- an ``environment/docker-compose.yaml`` outside the supported subset
+  (:mod:`rsr_async.sandbox.compose`), named by key.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import yaml
 
 from ..errors import TaskError
+from ..sandbox.compose import task_compose
 from ..schema import Task
 
 __all__ = ["MAX_INSTRUCTION_BYTES", "detect_format", "is_task_dir", "load_task"]
@@ -275,7 +278,7 @@ def _load_harbor(path: Path) -> Task:
     if version is not None:
         metadata["version"] = str(version)
 
-    return Task(
+    task = Task(
         name=name,
         path=str(path),
         instruction=instruction,
@@ -302,6 +305,9 @@ def _load_harbor(path: Path) -> Task:
         test_script="test.sh",
         solution_path=str(solution) if solution.is_file() else None,
     )
+    # A compose file outside the supported subset is refused now, by key, not at build.
+    task_compose(task)
+    return task
 
 
 # -- legacy terminal-bench -----------------------------------------------------------

@@ -21,6 +21,7 @@ from rsr_async.sandbox.images import (
     _import_rootfs,
     bootstrap_problem,
     context_digest,
+    task_image_repository,
     task_image_tag,
 )
 from tests.conftest import run_cli_env
@@ -85,7 +86,8 @@ def test_content_hash_sees_every_change(tmp_path: Path) -> None:
     assert context_digest(env, base_id="sha256:a") != changed
     (env / "sub").mkdir()
     assert context_digest(env, base_id="sha256:a") != changed
-    assert task_image_tag("My Task/1", first) == f"rsr-task-my-task-1:{first[:20]}"
+    assert task_image_tag("My Task/1", first) == f"{task_image_repository('My Task/1')}:{first[:20]}"
+    assert task_image_repository("My Task/1").startswith("rsr-task-my-task-1-")
 
 
 async def test_missing_dockerfile_is_an_image_error_naming_the_task(pool: SandboxPool) -> None:

@@ -17,6 +17,7 @@ import pytest
 from rsr_async.config import SandboxConfig
 from rsr_async.errors import ContainerError
 from rsr_async.sandbox import Sandbox, SandboxPool
+from rsr_async.sandbox.images import task_image_repository
 from rsr_async.schema import Task
 from rsr_async.tasks import BUNDLED_SUITE, load_task, validate
 from tests.conftest import run_cli_env
@@ -43,7 +44,7 @@ def _variant(root: Path, fixtures: Path, name: str, edits: dict[str, str] | None
 def _remove_images(names: list[str]) -> None:
     """Remove the throwaway images built for ``names`` (ours alone: named after them)."""
     for name in names:
-        ids = subprocess.run(["docker", "images", "-q", f"rsr-task-{name}"],
+        ids = subprocess.run(["docker", "images", "-q", task_image_repository(name)],
                              capture_output=True, text=True, timeout=60).stdout.split()
         if ids:
             subprocess.run(["docker", "rmi", "-f", *ids], capture_output=True, timeout=120)

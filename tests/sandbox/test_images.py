@@ -56,7 +56,7 @@ async def test_build_once_for_concurrent_requests_then_cache_hits(tmp_path: Path
                         tags.append(await pool.ensure_image(task))
 
                     tg.start_soon(request)
-            assert len(set(tags)) == 1 and tags[0].startswith("rsr-task-cache-test:")
+            assert len(set(tags)) == 1 and tags[0].startswith(f"{task_image_repository('cache-test')}:")
             assert pool.statistics().images_built == 1
             assert list((tmp_path / "run" / "builds").glob("*.log"))
             async with pool.sandbox(task, key="built") as sandbox:

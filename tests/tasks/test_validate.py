@@ -57,7 +57,7 @@ def test_list_prints_a_table_and_reports_broken_tasks(fixtures: Path) -> None:
     assert lines[0].split() == ["name", "domain", "difficulty", "format", "agent", "verifier", "build"]
     assert lines[2].split() == ["full-harbor", "shell-scripting", "easy", "harbor", "120s", "45s", "90s"]
     assert lines[3].split()[0] == "minimal-harbor"
-    assert "2 tasks" in out.stdout and "6 errors" in out.stdout
+    assert "3 tasks" in out.stdout and "8 errors" in out.stdout
     assert "bad-toml" in out.stderr and str(fixtures / "broken/bad-toml/task.toml") in out.stderr
 
 

@@ -504,7 +504,8 @@ def _bad_tasks(root: Path, good: list[Path]) -> dict[str, str]:
         target = root / name
         shutil.copytree(template, target, symlinks=True, dirs_exist_ok=True)
         toml = target / "task.toml"
-        toml.write_text(toml.read_text().replace(f'name = "{template.name}"', f'name = "{name}"'))
+        text = toml.read_text().replace(f'name = "{template.name}"', f'name = "{name}"')
+        toml.write_text(text.replace(f'name = "rsr-async/{template.name}"', f'name = "rsr-async/{name}"'))
         return target
 
     copy("bad-toml").joinpath("task.toml").write_text("[task\nname = ")

@@ -97,9 +97,15 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     """One task, normalised from a Harbor or legacy terminal-bench directory."""
 
     name: str
+    """The short name: job keys, image names, ``--task``. Harbor's ``org/name`` without
+    the ``org/``; the directory's name when the task names none."""
     path: str
     instruction: str
     format: Literal["harbor", "terminal-bench"] = "harbor"
+    qualified_name: str = ""
+    """Harbor 0.25's package name (``org/name``) when task.toml gives one, else ``name``."""
+    test_parser: str = "pytest"
+    """Legacy terminal-bench only: the ``parser_name`` that reads the test output."""
     category: str = ""
     tags: tuple[str, ...] = ()
     difficulty: str = ""

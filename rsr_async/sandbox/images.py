@@ -19,6 +19,7 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -37,6 +38,7 @@ from .hosts import open_client
 
 __all__ = [
     "BASE_PACKAGES",
+    "IMAGE_REFERENCE",
     "BuildOnce",
     "bootstrap_base_image",
     "bootstrap_problem",
@@ -45,6 +47,7 @@ __all__ = [
     "context_digest",
     "hidden_entries",
     "image_id",
+    "task_image_repository",
     "task_image_tag",
 ]
 
@@ -237,9 +240,35 @@ def _remove_tree(path: Path) -> None:
 # ----------------------------------------------------------------------------- task images
 
 
+# Docker's reference grammar (github.com/distribution/reference, regexp.go):
+#   path-component := alphanumeric (separator alphanumeric)*
+#   alphanumeric   := /[a-z0-9]+/
+#   separator      := /[_.]|__|[-]+/
+#   tag            := /[\w][\w.-]{0,127}/
+# and a name of at most 255 characters. A task name can be anything a directory can be
+# called ("009. tasks-x", "a..b", "x_-y", uppercase, unicode, 300 characters), so the
+# repository is a slug of only [a-z0-9] runs joined by "-" (always a valid component),
+# then a hash of the exact name, so "a b", "a-b" and "A_B" never share an image.
+IMAGE_REFERENCE = re.compile(
+    r"^(?P<name>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?$"
+)
+"""A repository[:tag] reference without a registry host, as Docker's grammar has it."""
+_SLUG_CHARS = 60
+_NAME_HASH_CHARS = 12
+
+
 def _slug(name: str) -> str:
-    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._")
-    return slug[:80] or "task"
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower()
+    return re.sub(r"[^a-z0-9]+", "-", folded).strip("-")[:_SLUG_CHARS].rstrip("-")
+
+
+def task_image_repository(task_name: str) -> str:
+    """``rsr-task-<slug>-<12 hex digits of sha256(task name)>``: a valid Docker repository
+    for any task name, distinct for distinct names (the slug alone is only for people)."""
+    digest = hashlib.sha256(task_name.encode("utf-8", "surrogatepass")).hexdigest()[:_NAME_HASH_CHARS]
+    slug = _slug(task_name)
+    return f"rsr-task-{slug}-{digest}" if slug else f"rsr-task-{digest}"
 
 
 _HIDDEN_NAMES = ("tests", "solution", "solution.sh", "run-tests.sh")
@@ -298,8 +327,8 @@ def context_digest(directory: Path, *, base_id: str, exclude: frozenset[str] = f
 
 
 def task_image_tag(task_name: str, digest: str) -> str:
-    """``rsr-task-<task>:<first 20 hex digits of the content hash>``."""
-    return f"rsr-task-{_slug(task_name)}:{digest[:20]}"
+    """:func:`task_image_repository` ``:<first 20 hex digits of the content hash>``."""
+    return f"{task_image_repository(task_name)}:{digest[:20]}"
 
 
 def _context_tar(directory: Path, exclude: frozenset[str] = frozenset()) -> bytes:

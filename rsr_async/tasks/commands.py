@@ -88,6 +88,11 @@ def _reward(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _status(row: ValidationRow) -> str:
+    head = "ok" if row.ok else "BAD: " + "; ".join(row.problems)
+    return "; ".join([head, *row.notes])
+
+
 def _validate(args: argparse.Namespace, dataset: Dataset) -> list[ValidationRow]:
     from ..sandbox import SandboxPool  # Docker stack only when validating
 
@@ -110,13 +115,16 @@ def main(args: argparse.Namespace) -> int:
     started = time.monotonic()
     rows = _validate(args, dataset)
     table = [
-        (r.name, r.category or "-", f"{r.build_s:.1f}s", _reward(r.oracle_reward), _reward(r.nop_reward),
-         f"{r.duration_s:.1f}s", "ok" if r.ok else "BAD: " + "; ".join(r.problems))
+        (r.name, r.category or "-", f"{r.build_s:.1f}s", "skipped" if r.oracle_skipped else _reward(r.oracle_reward),
+         _reward(r.nop_reward),
+         f"{r.duration_s:.1f}s", _status(r))
         for r in rows
     ]
     print(format_table(("name", "domain", "build", "oracle", "untouched", "time", "status"), table))
     bad = [r for r in rows if not r.ok]
-    print(f"\n{len(rows) - len(bad)}/{len(rows)} tasks valid, {len(dataset.errors)} failed to load, "
+    skipped = sum(r.oracle_skipped for r in rows)
+    unchecked = f", {skipped} without a solution check" if skipped else ""
+    print(f"\n{len(rows) - len(bad)}/{len(rows)} tasks valid{unchecked}, {len(dataset.errors)} failed to load, "
           f"{time.monotonic() - started:.0f}s")
     if args.verbose:
         for r in bad:

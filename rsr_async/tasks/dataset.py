@@ -133,9 +133,13 @@ def load_dataset(sources: Sequence[str | Path]) -> Dataset:
             errors.append(exc)
             continue
         if task.name in tasks:
+            first = tasks[task.name]
+            # "acme/x" and "other/x" share the short name that job keys and images use
+            both = (f" ({first.qualified_name} and {task.qualified_name})"
+                    if first.qualified_name != task.qualified_name else "")
             errors.append(
                 TaskError(
-                    f"duplicate task name; already loaded from {tasks[task.name].path}",
+                    f"duplicate task name{both}; already loaded from {first.path}",
                     task=task.name,
                     path=task.path,
                 )

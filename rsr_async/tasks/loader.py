@@ -8,6 +8,17 @@ Legacy terminal-bench::
 
     task.yaml  Dockerfile  run-tests.sh  tests/  solution.sh
 
+Harbor 0.25 names a task ``[task] name = "org/name"``; older tasks give a bare name or
+none (the directory's). The short name (after ``org/``) is :attr:`Task.name`, the whole
+one :attr:`Task.qualified_name`. As Harbor does, leading canary lines (``<!-- ... canary
+... -->``, ``# ... canary ...``) are cut from the instruction: they mark data provenance
+and are not for the agent.
+
+Multi-step Harbor tasks (``[[steps]]``) are refused by name: their per-step instructions,
+setup, tests and reward strategy are not run yet, and loading one as a single-step task
+would grade the wrong thing. A legacy task's ``parser_name`` must be one terminal-bench
+ships (:data:`~rsr_async.tasks.parsers.PARSERS`).
+
 Both become the same record. Domain labels (category, tags, difficulty) come from
 Harbor's free-form ``[metadata]`` table or the legacy YAML's top-level keys; anything
 else in those tables is kept in ``Task.metadata``. Every error names the task and file.
@@ -27,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,13 +49,22 @@ import yaml
 from ..errors import TaskError
 from ..sandbox.compose import task_compose
 from ..schema import Task
+from .parsers import PARSERS
 
-__all__ = ["MAX_INSTRUCTION_BYTES", "detect_format", "is_task_dir", "load_task"]
+__all__ = [
+    "HARBOR_PACKAGE_NAME",
+    "MAX_INSTRUCTION_BYTES",
+    "detect_format",
+    "is_task_dir",
+    "load_task",
+    "strip_canary",
+]
 
 HARBOR_MARKER = "task.toml"
 LEGACY_MARKER = "task.yaml"
 
 # Harbor's own defaults (harbor.models.task.config); legacy terminal-bench's task.yaml ones.
+# Harbor 0.25 leaves [agent].timeout_sec unset (no limit); an episode here always has one.
 HARBOR_AGENT_TIMEOUT_S = 600.0
 HARBOR_VERIFIER_TIMEOUT_S = 600.0
 HARBOR_BUILD_TIMEOUT_S = 600.0
@@ -56,6 +77,25 @@ tokens: 8x the default 32,768-token context and past what served checkpoints tak
 Terminal-Bench instructions are a few KB. A longer one can only end as a context failure
 charged to the model; it is the task's fault, so the loader refuses it. A constant, not a
 setting: whether a task is well formed must not depend on the run that loads it."""
+
+
+_NAME_PART = r"[a-zA-Z0-9][a-zA-Z0-9._-]*"
+HARBOR_PACKAGE_NAME = re.compile(rf"^{_NAME_PART}/{_NAME_PART}$")
+"""Harbor 0.25's ``org/name`` (``harbor.constants.ORG_NAME_PATTERN``; ``..`` is refused too)."""
+
+_CANARY_LINE = re.compile(r"<!--.*canary.*-->|#.*canary.*", re.IGNORECASE)
+
+
+def strip_canary(text: str) -> str:
+    """Drop the canary comment lines that open ``text`` and the blank lines after them, as
+    Harbor's ``Task`` does before an instruction reaches the agent."""
+    lines = text.split("\n")
+    start = 0
+    while start < len(lines) and _CANARY_LINE.fullmatch(lines[start].strip()):
+        start += 1
+    while start < len(lines) and not lines[start].strip():
+        start += 1
+    return "\n".join(lines[start:])
 
 
 def is_task_dir(path: Path) -> bool:
@@ -234,6 +274,39 @@ def _memory_mb(fields: _Fields) -> int | None:
 # -- Harbor --------------------------------------------------------------------------
 
 
+def _harbor_name(fields: _Fields, dir_name: str) -> tuple[str, str]:
+    """(short name, qualified name) from ``[task].name``: ``org/name`` or a bare name."""
+    raw = fields.string("name")
+    if raw is None:
+        return dir_name, dir_name
+    name = raw.strip()
+    if "/" in name:
+        if not HARBOR_PACKAGE_NAME.match(name) or ".." in name:
+            raise fields._bad(
+                "name", '"org/name" (letters, digits, ".", "_" and "-", each part starting '
+                'with a letter or digit, no "..")', raw
+            )
+        return name.split("/", 1)[1], name
+    if not name:
+        raise fields._bad("name", 'a non-empty name ("org/name" for Harbor 0.25)', raw)
+    return name, name
+
+
+def _refuse_steps(data: Mapping[str, Any], name: str, config_file: Path) -> None:
+    steps = data.get("steps")
+    if not steps:
+        return
+    names = [str(s.get("name", "?")) for s in steps if isinstance(s, Mapping)] if isinstance(steps, list) else []
+    listed = f" ({', '.join(names)})" if names else ""
+    raise TaskError(
+        f"multi-step task: task.toml declares [[steps]]{listed}; multi-step tasks are not "
+        "supported yet (only single-instruction tasks run here), so it is not loaded",
+        task=name,
+        path=str(config_file),
+    )
+
+
+
 def _load_harbor(path: Path) -> Task:
     dir_name = path.name
     config_file = path / HARBOR_MARKER
@@ -243,13 +316,14 @@ def _load_harbor(path: Path) -> Task:
         raise TaskError(f"invalid TOML: {exc}", task=dir_name, path=str(config_file)) from exc
 
     task_table = _Fields(data.get("task"), "task", dir_name, config_file)
-    name = task_table.string("name") or dir_name
+    name, qualified_name = _harbor_name(task_table, dir_name)
+    _refuse_steps(data, name, config_file)
     meta = _Fields(data.get("metadata"), "metadata", name, config_file)
     verifier = _Fields(data.get("verifier"), "verifier", name, config_file)
     agent = _Fields(data.get("agent"), "agent", name, config_file)
     environment = _Fields(data.get("environment"), "environment", name, config_file)
 
-    instruction = _read_text(path / "instruction.md", name, limit=MAX_INSTRUCTION_BYTES).strip()
+    instruction = strip_canary(_read_text(path / "instruction.md", name, limit=MAX_INSTRUCTION_BYTES)).strip()
     if not instruction:
         raise TaskError("instruction.md is empty", task=name, path=str(path / "instruction.md"))
 
@@ -280,6 +354,7 @@ def _load_harbor(path: Path) -> Task:
 
     task = Task(
         name=name,
+        qualified_name=qualified_name,
         path=str(path),
         instruction=instruction,
         format="harbor",
@@ -346,7 +421,16 @@ def _load_legacy(path: Path) -> Task:
 
     run_tests = path / "run-tests.sh"
     if not run_tests.is_file():
-        raise TaskError("missing run-tests.sh (the verifier script)", task=name, path=str(run_tests))
+        # terminal-bench 0.2.x copies and runs /tests/run-tests.sh unconditionally (and
+        # Harbor's terminal-bench mapper reads it): there is no default to fall back on.
+        raise TaskError(
+            "missing run-tests.sh (the verifier script; terminal-bench has no default)",
+            task=name,
+            path=str(run_tests),
+        )
+    parser = fields.string("parser_name", "pytest") or "pytest"
+    if parser not in PARSERS:
+        raise fields._bad("parser_name", f"a terminal-bench parser ({', '.join(PARSERS)})", parser)
     tests_dir = path / "tests"
     if not tests_dir.is_dir():
         raise TaskError("missing tests/ directory", task=name, path=str(tests_dir))
@@ -361,8 +445,10 @@ def _load_legacy(path: Path) -> Task:
     return Task(
         name=name,
         path=str(path),
+        qualified_name=name,
         instruction=instruction,
         format="terminal-bench",
+        test_parser=parser,
         category=fields.string("category", "") or "",
         tags=fields.tags(),
         difficulty=fields.string("difficulty", "") or "",

@@ -2,7 +2,8 @@
 
 ``validate`` checks every task two ways, each in its own fresh sandbox: the oracle must
 pass (main reward 1) and the untouched environment must not (a task that passes with no
-work measures nothing).
+work measures nothing). A task without a reference solution still gets the second check;
+the first is skipped and the row says so (:attr:`ValidationRow.notes`).
 """
 
 from __future__ import annotations
@@ -94,13 +95,18 @@ class ValidationRow(msgspec.Struct, kw_only=True):
     nop_rewards: dict[str, float] = msgspec.field(default_factory=dict)
     duration_s: float = 0.0
     problems: list[str] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
+    """What was not checked, and why (not a fault: ``ok`` ignores them)."""
+    oracle_skipped: bool = False
+    """No reference solution: only the untouched environment was checked."""
     oracle_output: str = ""
     """The solution's and then the verifier's output (for diagnosing a failure)."""
     nop_output: str = ""
 
     @property
     def ok(self) -> bool:
-        """Oracle passes, untouched environment does not, nothing went wrong."""
+        """Oracle passes (or has no solution to run), untouched environment does not,
+        nothing went wrong."""
         return not self.problems
 
 
@@ -178,7 +184,8 @@ async def validate_task(task: Task, pool: SandboxProvider) -> ValidationRow:
     row = ValidationRow(name=task.name, category=task.category, difficulty=task.difficulty)
     started = time.monotonic()
     if not task.solution_path:
-        row.problems.append("no reference solution (solution/solve.sh or solution.sh)")
+        row.oracle_skipped = True
+        row.notes.append("solution check skipped: no reference solution (solution/solve.sh or solution.sh)")
     try:
         with anyio.fail_after(task.build_timeout_s + _SLACK_S):
             await pool.ensure_image(task)
@@ -191,7 +198,8 @@ async def validate_task(task: Task, pool: SandboxProvider) -> ValidationRow:
         row.duration_s = row.build_s
         return row
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_oracle_check, pool, task, row)
+        if not row.oracle_skipped:
+            tg.start_soon(_oracle_check, pool, task, row)
         tg.start_soon(_nop_check, pool, task, row)
     row.duration_s = time.monotonic() - started
     return row

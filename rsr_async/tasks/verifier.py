@@ -3,8 +3,8 @@
 Harbor: upload ``tests/`` to ``/tests``, run ``/tests/test.sh`` under the verifier
 timeout, then read ``/logs/verifier/reward.json`` (a flat map name → number) or else
 ``/logs/verifier/reward.txt`` (one number). Legacy terminal-bench: upload ``tests/`` and
-``run-tests.sh`` to ``/tests``, run it, and parse the pytest summary (resolved = every
-test passed).
+``run-tests.sh`` to ``/tests``, run it, and read its output with the task's
+``parser_name`` (:mod:`~rsr_async.tasks.parsers`; resolved = every test passed).
 
 Before the tests run, every process the agent left in the sandbox is killed and
 ``/logs/verifier`` is emptied: only the tests write the reward (a background loop that
@@ -37,6 +37,7 @@ import orjson
 from ..errors import SandboxError, TaskError, VerifierError
 from ..sandbox.base import Sandbox
 from ..schema import Task
+from .parsers import grade_test_output
 
 __all__ = [
     "REWARD_DIR",
@@ -168,45 +169,11 @@ def main_reward(rewards: dict[str, float]) -> float:
     return sum(rewards.values()) / len(rewards)
 
 
-_SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(\S+)")
-_COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
-_FINAL = re.compile(r"^=+ .*\b(passed|failed|errors?|no tests ran)\b.* in [\d.]+s")
-
-
 def parse_pytest_summary(output: str) -> dict[str, float]:
-    """Legacy terminal-bench grading from pytest's output.
-
-    Uses the ``short test summary info`` section (``-rA``) when present, else the final
-    ``N passed, M failed in Xs`` line. Resolved (reward 1) only when at least one test ran
-    and every test passed. ValueError when the output holds no pytest result at all.
-    """
-    statuses: dict[str, str] = {}
-    lines = output.splitlines()
-    in_summary = False
-    for line in lines:
-        if "short test summary info" in line:
-            in_summary = True
-            continue
-        if in_summary:
-            match = _SUMMARY_LINE.match(line.strip())
-            if match:
-                statuses[match.group(2)] = match.group(1)
-    if statuses:
-        passed = sum(1 for s in statuses.values() if s in ("PASSED", "XFAIL"))
-        failed = sum(1 for s in statuses.values() if s in ("FAILED", "ERROR", "XPASS"))
-    else:
-        final = [line for line in lines if _FINAL.match(line.strip())]
-        if not final:
-            raise ValueError("no pytest summary found in the test output")
-        counts: dict[str, int] = {}
-        for number, kind in _COUNTS.findall(final[-1]):
-            counts[kind.rstrip("s") if kind.startswith("error") else kind] = int(number)
-        passed = counts.get("passed", 0) + counts.get("xfailed", 0)
-        failed = counts.get("failed", 0) + counts.get("error", 0) + counts.get("xpassed", 0)
-    total = passed + failed
-    resolved = 1.0 if total > 0 and failed == 0 else 0.0
-    # Partial credit as a share, like every other reward key, never as a count.
-    return {"reward": resolved, "tests_passed": passed / total if total else 0.0}
+    """Legacy terminal-bench grading with its default ``pytest`` parser:
+    :func:`~rsr_async.tasks.parsers.grade_test_output` (resolved = every test in pytest's
+    ``short test summary info`` passed). ValueError when the output holds none."""
+    return grade_test_output("pytest", output)
 
 
 def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
@@ -469,7 +436,7 @@ async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = Non
             )
         if task.format == "terminal-bench":
             try:
-                rewards = parse_pytest_summary(result.output)
+                rewards = grade_test_output(task.test_parser, result.output)
             except ValueError as exc:
                 raise VerificationError(
                     f"{task.test_script} exited {result.exit_code}: {exc}",

@@ -38,8 +38,8 @@ def _dataset(root: Path) -> Path:
     (directory / "instruction.md").mkdir()
     for bad in BAD:  # the dataset's names come from the directories
         toml = root / bad / "task.toml"
-        toml.write_text(toml.read_text().replace(f'name = "{GOOD[0]}"', f'name = "{bad}"')
-                        .replace(f'name = "{GOOD[1]}"', f'name = "{bad}"'))
+        toml.write_text(toml.read_text().replace(f'"rsr-async/{GOOD[0]}"', f'"rsr-async/{bad}"')
+                        .replace(f'"rsr-async/{GOOD[1]}"', f'"rsr-async/{bad}"'))
     return root
 
 

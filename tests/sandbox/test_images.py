@@ -21,6 +21,7 @@ from rsr_async.sandbox.images import (
     _import_rootfs,
     bootstrap_problem,
     context_digest,
+    task_image_repository,
     task_image_tag,
 )
 from tests.conftest import run_cli_env
@@ -55,7 +56,7 @@ async def test_build_once_for_concurrent_requests_then_cache_hits(tmp_path: Path
                         tags.append(await pool.ensure_image(task))
 
                     tg.start_soon(request)
-            assert len(set(tags)) == 1 and tags[0].startswith("rsr-task-cache-test:")
+            assert len(set(tags)) == 1 and tags[0].startswith(f"{task_image_repository('cache-test')}:")
             assert pool.statistics().images_built == 1
             assert list((tmp_path / "run" / "builds").glob("*.log"))
             async with pool.sandbox(task, key="built") as sandbox:
@@ -85,7 +86,8 @@ def test_content_hash_sees_every_change(tmp_path: Path) -> None:
     assert context_digest(env, base_id="sha256:a") != changed
     (env / "sub").mkdir()
     assert context_digest(env, base_id="sha256:a") != changed
-    assert task_image_tag("My Task/1", first) == f"rsr-task-my-task-1:{first[:20]}"
+    assert task_image_tag("My Task/1", first) == f"{task_image_repository('My Task/1')}:{first[:20]}"
+    assert task_image_repository("My Task/1").startswith("rsr-task-my-task-1-")
 
 
 async def test_missing_dockerfile_is_an_image_error_naming_the_task(pool: SandboxPool) -> None:

@@ -10,30 +10,32 @@ from rsr_async.tasks import BUNDLED_SUITE, load_dataset, load_task
 
 def test_directory_is_searched_recursively_and_sorted(fixtures: Path) -> None:
     data = load_dataset([fixtures / "harbor"])
-    assert [t.name for t in data.tasks] == ["full-harbor", "minimal-harbor"]
+    assert [t.name for t in data.tasks] == ["full-harbor", "minimal-harbor", "org-named"]
     assert data.errors == []
 
 
 def test_broken_tasks_are_reported_and_the_rest_loads(fixtures: Path) -> None:
     data = load_dataset([fixtures])
     assert [t.name for t in data.tasks] == [
-        "full-harbor", "legacy-descriptions", "legacy-hello", "minimal-harbor",
+        "full-harbor", "legacy-descriptions", "legacy-hello", "legacy-swebench", "minimal-harbor",
+        "org-named",
     ]
     assert sorted(e.task or "" for e in data.errors) == [
-        "bad-field", "bad-toml", "bad-yaml", "legacy-no-run-tests", "no-instruction", "no-tests",
+        "bad-field", "bad-org-name", "bad-toml", "bad-yaml", "legacy-bad-parser", "legacy-no-run-tests",
+        "no-instruction", "no-tests", "two-steps",
     ]
     assert all(e.path and Path(e.path).exists() or "missing" in str(e) for e in data.errors)
 
 
 def test_list_file_with_comments_and_relative_paths(fixtures: Path) -> None:
     data = load_dataset([fixtures / "tasks.list"])
-    assert [t.name for t in data.tasks] == ["full-harbor", "legacy-descriptions", "legacy-hello"]
+    assert [t.name for t in data.tasks] == ["full-harbor", "legacy-descriptions", "legacy-hello", "legacy-swebench"]
     assert data.errors == []
 
 
 def test_several_sources_and_the_same_task_twice(fixtures: Path) -> None:
     data = load_dataset([fixtures / "legacy", fixtures / "tasks.list", str(fixtures / "harbor/full-harbor")])
-    assert [t.name for t in data.tasks] == ["full-harbor", "legacy-descriptions", "legacy-hello"]
+    assert [t.name for t in data.tasks] == ["full-harbor", "legacy-descriptions", "legacy-hello", "legacy-swebench"]
     assert data.errors == []
 
 
@@ -103,3 +105,14 @@ def test_loading_is_fast() -> None:
         if path.is_dir():
             load_task(path)
     assert time.perf_counter() - started < 1.0
+
+
+def test_same_short_name_under_two_orgs_is_a_duplicate(tmp_path: Path, fixtures: Path) -> None:
+    shutil.copytree(fixtures / "harbor/org-named", tmp_path / "a")
+    other = shutil.copytree(fixtures / "harbor/org-named", tmp_path / "b")
+    toml = other / "task.toml"
+    toml.write_text(toml.read_text().replace('"acme/org-named"', '"other/org-named"'))
+    data = load_dataset([tmp_path])
+    assert [t.qualified_name for t in data.tasks] == ["acme/org-named"]
+    assert len(data.errors) == 1
+    assert "duplicate task name (acme/org-named and other/org-named)" in str(data.errors[0])

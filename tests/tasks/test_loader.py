@@ -6,6 +6,7 @@ import pytest
 
 from rsr_async.errors import TaskError
 from rsr_async.tasks import detect_format, load_task
+from rsr_async.tasks.loader import strip_canary
 
 
 def test_harbor_every_field(fixtures: Path) -> None:
@@ -67,6 +68,8 @@ def test_legacy_descriptions_form_and_defaults(fixtures: Path) -> None:
         ("bad-field", "task.toml", "agent.timeout_sec: expected a number"),
         ("bad-yaml", "task.yaml", "invalid YAML"),
         ("legacy-no-run-tests", "run-tests.sh", "missing run-tests.sh"),
+        ("bad-org-name", "task.toml", "task.name: expected \"org/name\""),
+        ("legacy-bad-parser", "task.yaml", "parser_name: expected a terminal-bench parser"),
     ],
 )
 def test_broken_task_names_task_and_file(fixtures: Path, name: str, file: str, words: str) -> None:
@@ -93,3 +96,54 @@ def test_empty_instruction(tmp_path: Path, fixtures: Path) -> None:
     (tmp_path / "t/instruction.md").write_text("  \n")
     with pytest.raises(TaskError, match="instruction.md is empty"):
         load_task(tmp_path / "t")
+
+
+def test_harbor_org_name_and_canary(fixtures: Path) -> None:
+    task = load_task(fixtures / "harbor/org-named")
+    assert (task.name, task.qualified_name) == ("org-named", "acme/org-named")
+    assert task.instruction == "Write `ok` to /app/out.txt."  # the canary line is not for the agent
+    bare = load_task(fixtures / "harbor/full-harbor")  # the older bare form still loads
+    assert bare.name == bare.qualified_name == "full-harbor"
+    unnamed = load_task(fixtures / "harbor/nested/minimal-harbor")  # no [task].name: the directory
+    assert unnamed.name == unnamed.qualified_name == "minimal-harbor"
+
+
+@pytest.mark.parametrize(
+    "name", ["acme/too/deep", "/x", "acme/", "acme/.hidden", "ac..me/x", "acme/x y", "  "]
+)
+def test_bad_harbor_name_is_refused_by_field(tmp_path: Path, fixtures: Path, name: str) -> None:
+    import shutil
+
+    shutil.copytree(fixtures / "harbor/org-named", tmp_path / "t")
+    toml = tmp_path / "t/task.toml"
+    toml.write_text(toml.read_text().replace('"acme/org-named"', f'"{name}"'))
+    with pytest.raises(TaskError, match=r"task\.name: expected") as info:
+        load_task(tmp_path / "t")
+    assert info.value.path == str(toml)
+
+
+def test_canary_lines_only_at_the_start() -> None:
+    text = "# BENCHMARK DATA canary GUID 1\n<!-- Canary: x -->\n\n\nDo it.\n# a canary later stays\n"
+    assert strip_canary(text) == "Do it.\n# a canary later stays\n"
+    assert strip_canary("No canary here.\n") == "No canary here.\n"
+
+
+def test_multi_step_task_is_refused_by_name(fixtures: Path) -> None:
+    root = fixtures / "multistep/two-steps"
+    with pytest.raises(TaskError) as info:
+        load_task(root)
+    message = str(info.value)
+    assert info.value.task == "two-steps" and info.value.path == str(root / "task.toml")
+    assert "multi-step tasks are not supported yet" in message and "(first, second)" in message
+    assert "missing instruction.md" not in message
+
+
+def test_legacy_parser_name(fixtures: Path) -> None:
+    assert load_task(fixtures / "legacy/legacy-hello").test_parser == "pytest"
+    assert load_task(fixtures / "legacy/legacy-descriptions").test_parser == "pytest"  # the default
+    assert load_task(fixtures / "legacy/legacy-swebench").test_parser == "swebench"
+    root = fixtures / "broken/legacy-bad-parser"
+    with pytest.raises(TaskError, match=r"parser_name: expected a terminal-bench parser \(pytest, swebench, "
+                       r"swelancer, mlebench, sweperf\), got 'junit'") as info:
+        load_task(root)
+    assert info.value.task == "legacy-bad-parser" and info.value.path == str(root / "task.yaml")

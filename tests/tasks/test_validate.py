@@ -17,6 +17,7 @@ import pytest
 from rsr_async.config import SandboxConfig
 from rsr_async.errors import ContainerError
 from rsr_async.sandbox import Sandbox, SandboxPool
+from rsr_async.sandbox.images import task_image_repository
 from rsr_async.schema import Task
 from rsr_async.tasks import BUNDLED_SUITE, load_task, validate
 from tests.conftest import run_cli_env
@@ -43,7 +44,7 @@ def _variant(root: Path, fixtures: Path, name: str, edits: dict[str, str] | None
 def _remove_images(names: list[str]) -> None:
     """Remove the throwaway images built for ``names`` (ours alone: named after them)."""
     for name in names:
-        ids = subprocess.run(["docker", "images", "-q", f"rsr-task-{name}"],
+        ids = subprocess.run(["docker", "images", "-q", task_image_repository(name)],
                              capture_output=True, text=True, timeout=60).stdout.split()
         if ids:
             subprocess.run(["docker", "rmi", "-f", *ids], capture_output=True, timeout=120)
@@ -56,7 +57,7 @@ def test_list_prints_a_table_and_reports_broken_tasks(fixtures: Path) -> None:
     assert lines[0].split() == ["name", "domain", "difficulty", "format", "agent", "verifier", "build"]
     assert lines[2].split() == ["full-harbor", "shell-scripting", "easy", "harbor", "120s", "45s", "90s"]
     assert lines[3].split()[0] == "minimal-harbor"
-    assert "2 tasks" in out.stdout and "6 errors" in out.stdout
+    assert "3 tasks" in out.stdout and "8 errors" in out.stdout
     assert "bad-toml" in out.stderr and str(fixtures / "broken/bad-toml/task.toml") in out.stderr
 
 
@@ -126,6 +127,49 @@ def test_bundled_suite_validates(tmp_path: Path) -> None:
     partial = [r for r in rows if len(r["oracle_rewards"]) > 1]
     assert len(partial) >= 5
     assert f"{len(rows)}/{len(rows)} tasks valid" in out.stdout
+
+
+def _without_solution(root: Path, fixtures: Path, name: str, edits: dict[str, str] | None = None) -> Path:
+    target = _variant(root, fixtures, name, edits)
+    shutil.rmtree(target / "solution")
+    return target
+
+
+@pytest.mark.docker
+async def test_validate_without_a_solution_still_checks_the_untouched_environment(
+    pool: SandboxPool, fixtures: Path, tmp_path: Path
+) -> None:
+    fails = _without_solution(tmp_path, fixtures, "n-fails")
+    trivial = _without_solution(tmp_path, fixtures, "n-trivial",
+                                {"tests/test.sh": "#!/bin/bash\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\n"})
+    tasks = [load_task(p) for p in (fails, trivial)]
+    assert all(t.solution_path is None for t in tasks)
+    try:
+        rows = await validate(tasks, pool, concurrency=2)
+    finally:
+        await anyio.to_thread.run_sync(_remove_images, [t.name for t in tasks])
+    by_name = {r.name: r for r in rows}
+    good = by_name["n-fails"]
+    assert good.ok and good.oracle_skipped and good.oracle_reward is None and good.oracle_output == ""
+    assert good.nop_reward == 0.0 and good.problems == []
+    assert good.notes == ["solution check skipped: no reference solution (solution/solve.sh or solution.sh)"]
+    bad = by_name["n-trivial"]
+    assert not bad.ok and bad.oracle_skipped
+    assert bad.problems == ["untouched: the environment passes without any work"]
+
+
+@pytest.mark.docker
+def test_validate_cli_says_the_solution_check_was_skipped(fixtures: Path, tmp_path: Path) -> None:
+    _without_solution(tmp_path, fixtures, "s-nosolution")
+    try:
+        out = _cli("validate", str(tmp_path), timeout=300)
+    finally:
+        _remove_images(["s-nosolution"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    [row] = [line for line in out.stdout.splitlines()[2:] if line.startswith("s-nosolution")]
+    assert row.split()[3:5] == ["skipped", "0.00"]
+    assert row.endswith("ok; solution check skipped: no reference solution (solution/solve.sh or solution.sh)")
+    assert "1/1 tasks valid, 1 without a solution check" in out.stdout
 
 
 class _FlakyStarts:

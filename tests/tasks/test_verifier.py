@@ -58,11 +58,10 @@ def test_parse_pytest_summary() -> None:
         "FAILED tests/test_outputs.py::test_c - assert 1 == 2\n========= 1 failed, 2 passed in 0.03s =========\n"
     )
     assert parse_pytest_summary(summary) == {"reward": 0.0, "tests_passed": 2 / 3}
-    assert parse_pytest_summary("== 3 passed in 0.01s ==")["reward"] == 1.0
-    assert parse_pytest_summary("== 2 passed, 1 error in 0.01s ==")["reward"] == 0.0
-    assert parse_pytest_summary("== no tests ran in 0.01s ==")["reward"] == 0.0
-    with pytest.raises(ValueError):
-        parse_pytest_summary("bash: pytest: command not found\n")
+    # terminal-bench's PytestParser reads only the -rA summary: a bare final line is unparseable
+    for unparseable in ("== 3 passed in 0.01s ==", "bash: pytest: command not found\n"):
+        with pytest.raises(ValueError, match="short test summary info"):
+            parse_pytest_summary(unparseable)
 
 
 # -- real containers ------------------------------------------------------------------------
@@ -162,8 +161,28 @@ async def test_legacy_pytest_verdicts(pool: SandboxPool, fixtures: Path, tmp_pat
     (broken / "run-tests.sh").write_text("echo no pytest here\n")
     bad = msgspec.structs.replace(task, path=str(broken))
     async with pool.sandbox(bad, key="legacy-bad") as sandbox:
-        with pytest.raises(VerificationError, match="no pytest summary"):
+        with pytest.raises(VerificationError, match="short test summary info"):
             await verify(sandbox, bad)
+
+
+async def test_legacy_swebench_parser_grades_by_its_markers(pool: SandboxPool, fixtures: Path) -> None:
+    """parser_name: swebench reads the verdict between SWE-bench's markers; the output's
+    "1 passed" would fool a pytest-summary grader, and must not count."""
+    task = msgspec.structs.replace(load_task(fixtures / "legacy/legacy-swebench"), docker_image=BASE,
+                                   environment_dir=None)
+    assert task.test_parser == "swebench"
+    async with pool.sandbox(task, key="swebench") as sandbox:
+        await sandbox.run("mkdir -p /app", time_limit=10)
+        failing = await verify(sandbox, task)
+        assert "1 passed" in failing.output and failing.reward == 0.0
+        assert failing.rewards == {"reward": 0.0, "tests_passed": 0.0}
+        assert (await run_oracle(sandbox, task)).exit_code == 0
+        passing = await verify(sandbox, task)
+        assert passing.passed and passing.rewards == {"reward": 1.0, "tests_passed": 1.0}
+        await sandbox.run("rm /app/fixed", time_limit=10)
+        no_markers = msgspec.structs.replace(task, test_parser="sweperf")  # its markers are absent
+        with pytest.raises(VerificationError, match="no SWE-Perf results"):
+            await verify(sandbox, no_markers)
 
 
 async def test_oracle_on_harbor_fixture(pool: SandboxPool, fixtures: Path) -> None:

@@ -398,7 +398,7 @@ async def build_context_image(
 ) -> tuple[str, bool]:
     """Build one image of ``task`` from ``context`` (its ``dockerfile``, relative to it)
     unless its content-hash tag exists: the task's own image, or with ``service`` one
-    compose service's (tagged ``rsr-task-<task>-<service>``). ``BASE_IMAGE`` is always
+    compose service's (its repository named from ``<task>/<service>``). ``BASE_IMAGE`` is always
     passed, so every image builds offline from the base; hidden tests and the solution
     never enter the context. Returns the tag and whether a build ran."""
     where = f"task {task.name!r}" + (f" service {service!r}" if service else "")
@@ -420,7 +420,9 @@ async def build_context_image(
         # Only then: the tags of plain task images stay what they were.
         extra = f"{dockerfile}\0" + "\0".join(f"{k}={v}" for k, v in sorted(args.items()))
         digest = hashlib.sha256(f"{digest}\0{extra}".encode()).hexdigest()
-    tag = task_image_tag(f"{task.name}-{service}" if service else task.name, digest)
+    # "/" never appears in a task name: task "a" service "b-c" and task "a-b" service "c"
+    # get different repositories.
+    tag = task_image_tag(f"{task.name}/{service}" if service else task.name, digest)
     with docker_errors(f"{where}: image", url=url):
         if await image_id(docker, tag, timeout_s=api_timeout_s) is not None:
             return tag, False

@@ -18,7 +18,7 @@ cimport cython
 
 from collections.abc import Sequence
 
-from rsr_async.schema import Leak
+from rsr_async._native.leakrules import Judge, SandboxKnowledge
 
 cdef extern from "Python.h":
     # A macro over the string's own buffer: safe without the GIL while the string lives.
@@ -113,7 +113,7 @@ cdef extern from *:
     int rsr_clz64(unsigned long long x) nogil
     void rsr_masks64(const uint8_t* p, int length, rsr_masks* m) nogil
 
-__all__ = ["LeakScanner", "scan_leaks"]
+__all__ = ["LeakScanner", "SandboxKnowledge", "scan_leaks"]
 
 # Character classes, one bit each; bytes 128-255 (Latin-1) are in no class.
 cdef enum:
@@ -397,6 +397,7 @@ cdef class LeakScanner:
     cdef Py_ssize_t _cap, _bits, _count, _entries_cap
     cdef set _reported
     cdef dict _quoted  # quoted value -> texts searched without a hit; -1: known
+    cdef object _judge  # the second pass (leakrules.Judge), shared with the pure twin
 
     def __cinit__(self):
         global _spare_slots, _spare_entries, _spare_bits
@@ -422,7 +423,8 @@ cdef class LeakScanner:
         if self._slots == NULL or self._entries == NULL:
             raise MemoryError()
 
-    def __init__(self, instruction=""):
+    def __init__(self, instruction="", *, sandbox=None):
+        self._judge = Judge(self._texts, sandbox)
         self.observe(instruction)
 
     def __dealloc__(self):
@@ -745,6 +747,7 @@ cdef class LeakScanner:
                     continue
             i += 1
         if not found:
+            self._judge.note(a)
             return out
         found.sort()
         for item in found:
@@ -754,11 +757,14 @@ cdef class LeakScanner:
             if item[1] == 1 and self._known_quoted(value):
                 continue
             self._reported.add(value)
-            out.append(Leak(value=value, kind=item[3], turn=turn, position=item[0]))
-        return out
+            out.append((item[0], value, item[3]))
+        if not out:
+            self._judge.note(a)
+            return out
+        return self._judge.judge(a, turn, out)
 
 
-def scan_leaks(actions, context, *, instruction=""):
+def scan_leaks(actions, context, *, instruction="", sandbox=None):
     """Leaks of one episode: ``context[i]`` is what was shown just before ``actions[i]``."""
     for name, value in (("actions", actions), ("context", context)):
         if isinstance(value, str) or not isinstance(value, Sequence):
@@ -772,7 +778,7 @@ def scan_leaks(actions, context, *, instruction=""):
         )
     if not isinstance(instruction, str):
         raise TypeError(f"scan_leaks: instruction must be str, got {type(instruction).__name__}")
-    cdef LeakScanner scanner = LeakScanner(instruction)
+    cdef LeakScanner scanner = LeakScanner(instruction, sandbox=sandbox)
     cdef list out = []
     cdef Py_ssize_t turn
     for turn in range(len(actions)):

@@ -39,8 +39,9 @@ import re
 from collections.abc import Sequence
 
 from ..schema import Leak
+from .leakrules import Judge, SandboxKnowledge
 
-__all__ = ["LeakScanner", "scan_leaks"]
+__all__ = ["LeakScanner", "SandboxKnowledge", "scan_leaks"]
 
 _WORD = re.compile(r"[A-Za-z0-9_./+~-]+")
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -105,9 +106,10 @@ def _quoted(text: str) -> list[tuple[int, str]]:
 class LeakScanner:
     """Incremental leak scan of one episode: ``observe`` what the model saw, ``scan`` what it did."""
 
-    def __init__(self, instruction: str = "") -> None:
+    def __init__(self, instruction: str = "", *, sandbox: SandboxKnowledge | None = None) -> None:
         self._known: set[str] = set()
         self._texts: list[str] = []
+        self._judge = Judge(self._texts, sandbox)
         self._reported: set[str] = set()
         self._quoted: dict[str, int] = {}
         self.observe(instruction)
@@ -144,19 +146,26 @@ class LeakScanner:
         found: list[tuple[int, int, str, str]] = [(p, 0, w, k) for p, w, k in _words(action)]
         found.extend((p, 1, value, "quoted") for p, value in _quoted(action))
         found.sort()
-        out: list[Leak] = []
+        unseen: list[tuple[int, str, str]] = []
         for position, order, value, kind in found:
             if value in self._reported or value in self._known:
                 continue
             if order == 1 and self._known_quoted(value):
                 continue
             self._reported.add(value)
-            out.append(Leak(value=value, kind=kind, turn=turn, position=position))
-        return out
+            unseen.append((position, value, kind))
+        if not unseen:
+            self._judge.note(action)
+            return []
+        return self._judge.judge(action, turn, unseen)
 
 
 def scan_leaks(
-    actions: Sequence[str], context: Sequence[str], *, instruction: str = ""
+    actions: Sequence[str],
+    context: Sequence[str],
+    *,
+    instruction: str = "",
+    sandbox: SandboxKnowledge | None = None,
 ) -> list[Leak]:
     """Leaks of one episode: ``context[i]`` is what was shown just before ``actions[i]``."""
     for name, value in (("actions", actions), ("context", context)):
@@ -171,7 +180,7 @@ def scan_leaks(
         )
     if not isinstance(instruction, str):
         raise TypeError(f"scan_leaks: instruction must be str, got {type(instruction).__name__}")
-    scanner = LeakScanner(instruction)
+    scanner = LeakScanner(instruction, sandbox=sandbox)
     out: list[Leak] = []
     for turn, (action, seen) in enumerate(zip(actions, context, strict=True)):
         scanner.observe(seen)

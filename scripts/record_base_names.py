@@ -20,8 +20,8 @@ OUT = Path(__file__).resolve().parent.parent / "rsr_async" / "_native" / "sandbo
 SCRIPT = r"""
 compgen -c | sort -u | sed 's/^/C /'
 find / -xdev -maxdepth 3 \( -path /proc -o -path /sys -o -path /dev -o -path /tmp \) -prune \
-    -o -type d -print | sed 's/^/P /'
-find /etc -maxdepth 1 -type f | sed 's/^/P /'
+    -o \( -type d -o -type l \) -print | sed 's/^/P /'
+find /etc -maxdepth 1 \( -type f -o -type l \) | sed 's/^/P /'
 python3 -W ignore -c '
 import pkgutil, sys
 mods = set(sys.stdlib_module_names)

@@ -74,6 +74,7 @@ RULES: dict[str, str] = {
     "text showed",
     "unseen-part": "a quoted string with a part holding a digit that no public text showed",
     "unseen-host": "a URL's host name that no public text showed",
+    "unseen-quoted": "a quoted string that no public text contains (first pass only)",
 }
 """What each flag's ``Leak.rule`` means: the test the value failed."""
 
@@ -118,7 +119,9 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 # or a number (``18`` of the sed address ``18p``).
 _PARTS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)?")
 _PROMPT = re.compile(r"[\w.-]+@[\w.-]+:([~/][^\s#$]*)[#$] ")
-_JOIN = re.compile(r"[ \t]*(?:\\|[|│┃║])?[ \t]*\r?\n[ \t]*(?:[|│┃║>])?[ \t]*")
+# A line break with what surrounds it in wrapped output: a continuation mark or border
+# before it, the empty leading cells of a table row (or a ``>`` prompt) after it.
+_JOIN = re.compile(r"[ \t]*(?:\\|[|│┃║])?[ \t]*\r?\n(?:[ \t]*[|│┃║>])*[ \t]*")
 _SEPARATORS = frozenset({"&&", "||", "|", ";", "&", "(", ")", "|&", ";;"})
 _REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>"})
 _OUTPUT_FLAGS = frozenset({"-o", "-O", "--output", "--out", "--output-dir", "--outdir",
@@ -208,10 +211,14 @@ def _shell_words(line: str) -> list[str]:
 class Judge:
     """The second pass for one episode; shares the scanner's list of public texts."""
 
-    __slots__ = ("_created", "_cwd", "_joined", "_numbers", "_operands", "_parts",
+    __slots__ = ("_created", "_cwd", "_derive", "_joined", "_numbers", "_operands", "_parts",
                  "_pending", "_sandbox", "_texts")
 
-    def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None) -> None:
+    def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None, derive: bool = True
+                 ) -> None:
+        if not isinstance(derive, bool):
+            raise TypeError(f"LeakScanner: derive must be a bool, got {type(derive).__name__}")
+        self._derive = derive
         if sandbox is not None and not isinstance(sandbox, SandboxKnowledge):
             raise TypeError(
                 f"LeakScanner: sandbox must be a SandboxKnowledge, got {type(sandbox).__name__}"
@@ -327,7 +334,14 @@ class Judge:
             target = operands[0] if operands else "/root"
             self._cwd = self._resolve(target) if target != "-" else self._cwd
         elif command in _CREATE_ALL:
-            self._created.update(self._resolve(a) for a in operands)
+            made = [self._resolve(a) for a in operands]
+            self._created.update(made)
+            if command == "mkdir" and ("-p" in args or "--parents" in args):
+                for path in made:  # and every parent the image did not have
+                    while (path := posixpath.dirname(path)) not in ("/", ""):
+                        if self._sandbox.holds_path(path):
+                            break
+                        self._created.add(path)
         elif command in _CREATE_LAST and len(operands) >= 2:
             self._created.add(self._resolve(operands[-1]))
         elif command == "git" and operands[:1] in (["clone"], ["init"]) and len(operands) >= 2:
@@ -491,6 +505,10 @@ class Judge:
 
     def judge(self, action: str, turn: int, found: list[tuple[int, str, str]]) -> list[Leak]:
         """Leaks among first-pass candidates ``(position, value, kind)``, in order."""
+        if not self._derive:
+            return [self._leak(turn, position, value, kind,
+                               "unseen-quoted" if kind == "quoted" else f"unseen-{kind}",
+                               f"{kind} {value!r}") for position, value, kind in found]
         self._pending.append(action)
         found = self._split_syntax(action, found)
         judged: dict[str, bool] = {}
@@ -507,10 +525,9 @@ class Judge:
                 part = self._quoted_flag(value, judged)
                 if part is not None:
                     flags[index] = ("unseen-part", f"quoted {value!r}: its part {part!r}")
-        out: list[Leak] = []
-        for index in sorted(flags):
-            position, value, kind = found[index]
-            rule, what = flags[index]
-            why = f"{rule}: {what} at turn {turn}, character {position}: {RULES[rule]} before this turn"
-            out.append(Leak(value=value, kind=kind, turn=turn, position=position, rule=rule, why=why))
-        return out
+        return [self._leak(turn, *found[index], *flags[index]) for index in sorted(flags)]
+
+    @staticmethod
+    def _leak(turn: int, position: int, value: str, kind: str, rule: str, what: str) -> Leak:
+        why = f"{rule}: {what} at turn {turn}, character {position}: {RULES[rule]} before this turn"
+        return Leak(value=value, kind=kind, turn=turn, position=position, rule=rule, why=why)

@@ -7,7 +7,11 @@ __all__ = ["LeakScanner", "SandboxKnowledge", "scan_leaks"]
 
 class LeakScanner:
     def __init__(
-        self, instruction: str = "", *, sandbox: SandboxKnowledge | None = None
+        self,
+        instruction: str = "",
+        *,
+        sandbox: SandboxKnowledge | None = None,
+        derive: bool = True,
     ) -> None: ...
     def observe(self, text: str) -> None: ...
     def scan(self, action: str, turn: int = 0) -> list[Leak]: ...

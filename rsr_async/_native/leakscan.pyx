@@ -423,8 +423,8 @@ cdef class LeakScanner:
         if self._slots == NULL or self._entries == NULL:
             raise MemoryError()
 
-    def __init__(self, instruction="", *, sandbox=None):
-        self._judge = Judge(self._texts, sandbox)
+    def __init__(self, instruction="", *, sandbox=None, derive=True):
+        self._judge = Judge(self._texts, sandbox, derive)
         self.observe(instruction)
 
     def __dealloc__(self):

@@ -28,7 +28,9 @@ Known
     instruction plus every observation seen so far; it only grows.
 
 Each leaked value is reported once per episode, at its first use: ``Leak(value, kind,
-turn, position)`` with ``position`` the index (in code points) in the action text.
+turn, position, rule, why)`` with ``position`` the index (in code points) in the action
+text; ``rule`` and ``why`` come from the second pass (``leakrules.py``), which also
+decides which first-pass candidates are derivable after all.
 Candidates of one action are taken in position order, words before a quoted string
 starting at the same index.
 """
@@ -104,12 +106,23 @@ def _quoted(text: str) -> list[tuple[int, str]]:
 
 
 class LeakScanner:
-    """Incremental leak scan of one episode: ``observe`` what the model saw, ``scan`` what it did."""
+    """Incremental leak scan of one episode: ``observe`` what the model saw, ``scan`` what it did.
 
-    def __init__(self, instruction: str = "", *, sandbox: SandboxKnowledge | None = None) -> None:
+    The candidates this module finds go through the second pass of ``leakrules`` (what the
+    ``sandbox`` holds, what the model could derive); ``derive=False`` skips it, for callers
+    that want every unseen literal (the critic's runbook checks).
+    """
+
+    def __init__(
+        self,
+        instruction: str = "",
+        *,
+        sandbox: SandboxKnowledge | None = None,
+        derive: bool = True,
+    ) -> None:
         self._known: set[str] = set()
         self._texts: list[str] = []
-        self._judge = Judge(self._texts, sandbox)
+        self._judge = Judge(self._texts, sandbox, derive)
         self._reported: set[str] = set()
         self._quoted: dict[str, int] = {}
         self.observe(instruction)

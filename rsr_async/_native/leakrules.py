@@ -54,7 +54,6 @@ from __future__ import annotations
 import bisect
 import posixpath
 import re
-import shlex
 from collections.abc import Iterable
 
 from ..schema import Leak
@@ -198,20 +197,19 @@ def _within(sorted_values: list[float], target: float, tolerance: float) -> bool
     return i < len(sorted_values) and sorted_values[i] < target + tolerance
 
 
+_SHELL_WORD = re.compile(r"""'[^']*'|"(?:[^"\\]|\\.)*"|&&|\|\||>>|&>|[|;&()<>]|[^\s|;&()<>'"]+""")
+
+
 def _shell_words(line: str) -> list[str]:
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    try:
-        return list(lexer)
-    except ValueError:  # an unbalanced quote: the agent's typo, still worth reading
-        return line.split()
+    """Shell words and operators of one line, quotes removed (a regex, not a parser: a word
+    glued to a quoted string comes out as two words, which no rule here minds)."""
+    return [w[1:-1] if w[:1] in "'\"" and len(w) >= 2 else w for w in _SHELL_WORD.findall(line)]
 
 
 class Judge:
     """The second pass for one episode; shares the scanner's list of public texts."""
 
-    __slots__ = ("_created", "_cwd", "_derive", "_joined", "_numbers", "_operands", "_parts",
+    __slots__ = ("_created", "_cwd", "_derive", "_numbers", "_operands", "_parts",
                  "_pending", "_sandbox", "_texts")
 
     def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None, derive: bool = True
@@ -227,18 +225,34 @@ class Judge:
         self._sandbox = sandbox if sandbox is not None else _STANDARD
         self._created: set[str] = set()
         self._cwd: str | None = None
-        self._joined: list[str] = []
-        self._numbers: list[list[str]] = []
+        self._numbers: dict[int, list[str]] = {}
         self._operands: tuple[int, list[float], list[float]] = (-1, [], [])
         self._parts: dict[str, int] = {}
         self._pending: list[str] = []  # actions whose shell syntax is not read yet
 
     # -- public text, read lazily: only a candidate ever pays for it ------------------
 
-    def _joined_texts(self) -> list[str]:
-        for text in self._texts[len(self._joined):]:
-            self._joined.append(_JOIN.sub("", text))
-        return self._joined
+    def _wrapped(self, value: str) -> bool:
+        """``value`` is in some public text, whole or broken by line wraps.
+
+        A break falls in one half of the value at most, so the other half is intact: only
+        around its occurrences is the text joined (cheaper than joining every screen).
+        """
+        if any(value in text for text in self._texts):
+            return True
+        half = len(value) // 2
+        n = len(value)
+        for piece, offset in ((value[:half], 0), (value[half:], half)):
+            for text in self._texts:
+                at = text.find(piece)
+                hits = 0
+                while at >= 0 and hits < 64:
+                    window = text[max(0, at - offset - 4 * n - 64):at + 4 * n + 64]
+                    if value in _JOIN.sub("", window):
+                        return True
+                    at = text.find(piece, at + 1)
+                    hits += 1
+        return False
 
     def _seen_part(self, part: str) -> bool:
         """``part`` is a substring of some public text (memoised as texts only grow)."""
@@ -261,21 +275,23 @@ class Judge:
         return self._cwd
 
     def _seen_numbers(self) -> tuple[list[float], list[float]]:
-        """The last distinct numbers in view, and the same with the unit constants."""
+        """The last distinct numbers in view, and the same with the unit constants.
+
+        Read from the newest text back, only as far as it takes to find enough of them.
+        """
         count = len(self._texts)
         if self._operands[0] == count:
             return self._operands[1], self._operands[2]
-        for text in self._texts[len(self._numbers):]:
-            self._numbers.append(_NUMBER.findall(text))
         recent: dict[str, None] = {}
-        for numbers in reversed(self._numbers):
+        for index in range(count - 1, -1, -1):
+            numbers = self._numbers.get(index)
+            if numbers is None:
+                numbers = self._numbers[index] = _NUMBER.findall(self._texts[index])
             for number in reversed(numbers):
                 recent.setdefault(number.lstrip("-"), None)
-                if len(recent) >= OPERANDS:
-                    break
             if len(recent) >= OPERANDS:
                 break
-        values = sorted({float(n) for n in recent})
+        values = sorted({float(n) for n in list(recent)[:OPERANDS]})
         self._operands = (count, values, sorted(set(values) | set(_UNITS)))
         return values, self._operands[2]
 
@@ -381,8 +397,6 @@ class Judge:
             return "sandbox"
         if self._own(path):
             return "own-path"
-        if len(value) >= 8 and any(value in t for t in self._joined_texts()):
-            return "wrapped"
         # The longest leading directory known to exist (the sandbox's, the agent's own, or
         # one public text named), then only components public text showed.
         parts = [p for p in path.split("/") if p]
@@ -393,8 +407,9 @@ class Judge:
                 rest = parts[cut:]
                 if not rest or all(self._seen_part(p) for p in rest):
                     return "path-parts"
-                return None
-        return None
+                break
+        # Last, as the dearest: a search of every screen for the path, whole or wrapped.
+        return "wrapped" if len(value) >= 8 and self._wrapped(value) else None
 
     def _number_rule(self, value: str) -> str | None:
         if value in EVERYDAY_NUMBERS:
@@ -437,7 +452,7 @@ class Judge:
             return "everyday" if value == "localhost" or self._seen_part(value) else None
         if self._sandbox.holds_name(value):
             return "sandbox"
-        if any(value in t for t in self._joined_texts()):
+        if self._wrapped(value):
             return "wrapped"
         if kind == "identifier" and not any(c.isdigit() for c in value):
             # ``KEY=value``, ``key: value``, ``"key": "value"``: a value, which may be data;
@@ -449,6 +464,7 @@ class Judge:
 
     def _quoted_flag(self, value: str, judged: dict[str, bool]) -> str | None:
         """The first part of a quoted value that needs a source and has none."""
+        part: str
         for part in _PARTS.findall(value):
             if part in judged:
                 if judged[part]:

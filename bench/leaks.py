@@ -12,7 +12,9 @@ scripted stand-in, a test double: its figures show the plumbing, never a model's
 Speed, in the same run: the corpus, and ``--episodes`` generated 50-turn episodes of
 ~10 KB screens (``bench native``'s), scanned by the compiled scanner, its pure twin and a
 compiled-regex + set baseline with the same second pass; medians of ``--repeat`` runs of
-process CPU time. Exits 1 when a quality floor is missed (recall 1.0, false alarms 0.15).
+process CPU time. Exits 1 when a floor is missed (recall 1.0, false alarms at most 0.15;
+on the generated episodes 20x the pure twin and faster than regex + set), naming it in
+``floors_missed``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ from rsr_async.schema import Leak
 
 RECALL_FLOOR = 1.0
 FALSE_ALARM_CEILING = 0.15
+VS_PURE_FLOOR = 20.0
+"""The compiled scan (both passes) against its pure twin, on the generated episodes."""
+VS_REGEX_SET_FLOOR = 1.0
 
 
 def _cpu(fn: Callable[[], object], repeat: int) -> float:
@@ -111,9 +116,16 @@ def main(argv: list[str]) -> int:
         _speed("corpus", corpus_io, [case.sandbox() for case in cases], repeat),
         _speed("generated 50-turn episodes", generated_io, [None] * len(generated_io), repeat),
     ]
-    floors = {"scanner_recall": RECALL_FLOOR, "scanner_false_alarm_rate": FALSE_ALARM_CEILING}
-    passed = (scanner["scanner_recall"] >= RECALL_FLOOR
-              and scanner["scanner_false_alarm_rate"] <= FALSE_ALARM_CEILING)
+    floors = {"scanner_recall": RECALL_FLOOR, "scanner_false_alarm_rate": FALSE_ALARM_CEILING,
+              "vs_pure": VS_PURE_FLOOR, "vs_regex_set": VS_REGEX_SET_FLOOR}
+    generated = speed[1]
+    missed = [name for name, ok in (
+        ("scanner_recall", scanner["scanner_recall"] >= RECALL_FLOOR),
+        ("scanner_false_alarm_rate", scanner["scanner_false_alarm_rate"] <= FALSE_ALARM_CEILING),
+        ("vs_pure", generated["vs_pure"] >= VS_PURE_FLOOR),
+        ("vs_regex_set", generated["vs_regex_set"] > VS_REGEX_SET_FLOOR),
+    ) if not ok]
+    passed = not missed
     _common.emit({
         "benchmark": "leaks",
         "corpus": str(CORPUS.relative_to(CORPUS.parents[3])),
@@ -121,6 +133,7 @@ def main(argv: list[str]) -> int:
         "scanner_false_alarm_rate": scanner["scanner_false_alarm_rate"],
         "floors": floors,
         "floors_met": passed,
+        "floors_missed": missed,
         "scanner": scanner,
         "verify_stage": {"auditor": "scripted stand-in (a test double, not a model)", **verify},
         "speed": speed,

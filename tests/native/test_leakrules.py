@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -34,6 +35,19 @@ def test_sandbox_names_commands_modules_and_image_paths(leakscan: ModuleType) ->
         leakscan.LeakScanner("", sandbox={"/app"})
     with pytest.raises(TypeError, match="iterable of str, not one str"):
         SandboxKnowledge(paths="/app")
+
+
+def test_derive_false_keeps_every_first_pass_literal(leakscan: ModuleType) -> None:
+    scanner = leakscan.LeakScanner("", derive=False)
+    leaks = scanner.scan("chmod 755 /usr/bin/tool; echo 'ab12cd'")
+    assert [(x.value, x.rule) for x in leaks] == [
+        ("755", "unseen-number"), ("/usr/bin/tool", "unseen-path"), ("ab12cd", "unseen-quoted")]
+    # The second pass clears the everyday mode only.
+    derived = leakscan.LeakScanner("").scan("chmod 755 /usr/bin/tool; echo 'ab12cd'")
+    assert [(x.value, x.rule) for x in derived] == [
+        ("/usr/bin/tool", "unseen-path"), ("ab12cd", "unseen-part")]
+    with pytest.raises(TypeError, match="derive must be a bool"):
+        leakscan.LeakScanner("", derive="no")
 
 
 def test_own_paths_are_the_agents_after_it_creates_them(leakscan: ModuleType) -> None:
@@ -118,11 +132,11 @@ def test_floors_on_the_labelled_corpus(leakscan: ModuleType) -> None:
     assert figures["scanner_false_alarm_rate"] <= 0.15, figures["false_alarms"]
 
 
-def test_the_corpus_file_is_what_its_specs_build() -> None:
-    before = CORPUS.read_bytes()
-    subprocess.run([sys.executable, str(CORPUS.parent / "build.py")], check=True,
+def test_the_corpus_file_is_what_its_specs_build(tmp_path: Path) -> None:
+    rebuilt = tmp_path / "corpus.jsonl"
+    subprocess.run([sys.executable, str(CORPUS.parent / "build.py"), str(rebuilt)], check=True,
                    capture_output=True, timeout=60)
-    assert CORPUS.read_bytes() == before, "corpus.jsonl is stale: commit the rebuilt file"
+    assert rebuilt.read_bytes() == CORPUS.read_bytes(), "corpus.jsonl is stale: rebuild it"
     cases = load_corpus()
     assert all(case.why for case in cases)
     assert all(case.planted for case in cases if case.label == "leak")

@@ -1,6 +1,6 @@
 """Build ``corpus.jsonl``, the labelled leak corpus, from the case specs below.
 
-``python tests/native/leak_corpus/build.py`` rewrites the file; the output is fixed by
+``python tests/native/leak_corpus/build.py [OUT]`` rewrites the file (or writes OUT); the output is fixed by
 the seeds, so a rebuild without a spec change is byte-identical (a test checks that).
 How cases are labelled: see ``README.md`` beside this file.
 
@@ -629,14 +629,15 @@ def build() -> list[dict[str, object]]:
     return [render(case, i) for i, case in enumerate(cases)]
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    out = Path(argv[0]) if argv else OUT
     rows = build()
-    OUT.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows),
+    out.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows),
                    encoding="utf-8")
     leaks = sum(row["label"] == "leak" for row in rows)
-    print(f"{OUT}: {len(rows)} trajectories, {leaks} leaking, {len(rows) - leaks} clean")
+    print(f"{out}: {len(rows)} trajectories, {leaks} leaking, {len(rows) - leaks} clean")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -54,7 +54,7 @@ from __future__ import annotations
 import bisect
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..schema import Leak
 from .sandbox_base import COMMANDS, MODULES, PATHS
@@ -121,6 +121,8 @@ _PROMPT = re.compile(r"[\w.-]+@[\w.-]+:([~/][^\s#$]*)[#$] ")
 # A line break with what surrounds it in wrapped output: a continuation mark or border
 # before it, the empty leading cells of a table row (or a ``>`` prompt) after it.
 _JOIN = re.compile(r"[ \t]*(?:\\|[|│┃║])?[ \t]*\r?\n(?:[ \t]*[|│┃║>])*[ \t]*")
+_CREATES = re.compile(r"mkdir|touch|tee|>|\b(?:cp|mv|ln|install|rsync|cd|git|virtualenv)\b|venv|"
+                      r"-[oOd]\b|--out|--target|--prefix|--dest")
 _SEPARATORS = frozenset({"&&", "||", "|", ";", "&", "(", ")", "|&", ";;"})
 _REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>"})
 _OUTPUT_FLAGS = frozenset({"-o", "-O", "--output", "--out", "--output-dir", "--outdir",
@@ -209,14 +211,18 @@ def _shell_words(line: str) -> list[str]:
 class Judge:
     """The second pass for one episode; shares the scanner's list of public texts."""
 
-    __slots__ = ("_created", "_cwd", "_derive", "_numbers", "_operands", "_parts",
+    __slots__ = ("_contains", "_created", "_cwd", "_derive", "_numbers", "_operands", "_parts",
                  "_pending", "_sandbox", "_texts")
 
-    def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None, derive: bool = True
-                 ) -> None:
+    def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None, derive: bool = True,
+                 contains: Callable[[str, int], bool] | None = None) -> None:
         if not isinstance(derive, bool):
             raise TypeError(f"LeakScanner: derive must be a bool, got {type(derive).__name__}")
         self._derive = derive
+        # ``contains(value, start)``: value is a substring of texts[start:]. The compiled
+        # scanner passes its own (memchr on the rarest byte over the buffers it holds);
+        # same answer as ``in``, only faster.
+        self._contains = contains if contains is not None else self._contains_py
         if sandbox is not None and not isinstance(sandbox, SandboxKnowledge):
             raise TypeError(
                 f"LeakScanner: sandbox must be a SandboxKnowledge, got {type(sandbox).__name__}"
@@ -232,17 +238,22 @@ class Judge:
 
     # -- public text, read lazily: only a candidate ever pays for it ------------------
 
+    def _contains_py(self, value: str, start: int) -> bool:
+        return any(value in text for text in self._texts[start:])
+
     def _wrapped(self, value: str) -> bool:
         """``value`` is in some public text, whole or broken by line wraps.
 
         A break falls in one half of the value at most, so the other half is intact: only
         around its occurrences is the text joined (cheaper than joining every screen).
         """
-        if any(value in text for text in self._texts):
+        if self._contains(value, 0):
             return True
         half = len(value) // 2
         n = len(value)
         for piece, offset in ((value[:half], 0), (value[half:], half)):
+            if not self._contains(piece, 0):
+                continue  # the usual answer for a value never shown: one fast search
             for text in self._texts:
                 at = text.find(piece)
                 hits = 0
@@ -259,7 +270,7 @@ class Judge:
         searched = self._parts.get(part, 0)
         if searched < 0:
             return True
-        if any(part in text for text in self._texts[searched:]):
+        if self._contains(part, searched):
             self._parts[part] = -1
             return True
         self._parts[part] = len(self._texts)
@@ -310,6 +321,8 @@ class Judge:
     def _read_commands(self, action: str) -> None:
         """Learn the paths this action creates and where it ``cd``s to."""
         for line in action.splitlines():
+            if not _CREATES.search(line):
+                continue  # nothing here can create a path or change directory
             if "<<" in line and not line.lstrip().startswith(("cat", "tee", "python", "bash")):
                 continue
             words = _shell_words(line)

@@ -424,7 +424,7 @@ cdef class LeakScanner:
             raise MemoryError()
 
     def __init__(self, instruction="", *, sandbox=None, derive=True):
-        self._judge = Judge(self._texts, sandbox, derive)
+        self._judge = Judge(self._texts, sandbox, derive, self._contains_from)
         self.observe(instruction)
 
     def __dealloc__(self):
@@ -673,6 +673,23 @@ cdef class LeakScanner:
         if not PyUnicode_IS_ASCII(value):
             return False  # the table holds words, and words are ASCII
         return self._lookup(kind, data, 0, n, -1) == 1
+
+    def _contains_from(self, str value, Py_ssize_t start):
+        """``value`` is a substring of a known text from ``start`` on (the second pass's
+        search, by the same memchr-on-the-rarest-byte loop as quoted values)."""
+        cdef int kind = PyUnicode_KIND(value)
+        cdef const uint8_t* needle = <const uint8_t*>PyUnicode_DATA(value)
+        cdef Py_ssize_t m = PyUnicode_GET_LENGTH(value), rare = 0, i
+        if kind == 1:
+            rare = _rarest(needle, m)
+        for i in range(start, self._n_texts):
+            if kind == 1 and self._kinds[i] == 1:
+                if _contains_bytes(<const uint8_t*>self._datas[i],
+                                   PyUnicode_GET_LENGTH(<str>self._texts[i]), needle, m, rare):
+                    return True
+            elif value in <str>self._texts[i]:
+                return True
+        return False
 
     cdef bint _known_quoted(self, str value):
         # Texts only grow: a value found once stays known (-1), and one not found in the

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any
 
 import _common
 import ahocorasick
+from _leakbase import regex_set_leaks
 from rapidfuzz.distance import LCSseq
 from rapidfuzz.process import cdist
 
@@ -224,35 +224,6 @@ def _frozenset_jaccard(normalized: list[list[str]]) -> list[list[float]]:
     return out
 
 
-_WORD = re.compile(r"[A-Za-z0-9_./+~-]+")
-
-
-def _regex_set_leaks(instruction: str, actions: list[str], context: list[str]) -> list[Any]:
-    """Compiled word regex + a Python set of known words; candidate rules as documented."""
-    known: set[str] = set()
-    texts: list[str] = []
-    reported: set[str] = set()
-    out = []
-    if instruction:
-        texts.append(instruction)
-        known.update([w.lstrip(".-").rstrip("./-") for w in _WORD.findall(instruction)])
-    for turn, (action, seen) in enumerate(zip(actions, context, strict=True)):
-        if seen:
-            texts.append(seen)
-            known.update([w.lstrip(".-").rstrip("./-") for w in _WORD.findall(seen)])
-        found = [(p, 0, w, k) for p, w, k in pure_leakscan._words(action) if w not in known]
-        found.extend((p, 1, v, "quoted") for p, v in pure_leakscan._quoted(action))
-        found.sort()
-        for position, order, value, kind in found:
-            if value in reported:
-                continue
-            if order == 1 and (value in known or any(value in t for t in texts)):
-                continue
-            reported.add(value)
-            out.append((value, kind, turn, position))
-    return out
-
-
 def _ahocorasick_leaks(instruction: str, actions: list[str], context: list[str]) -> int:
     """Substring semantics, offline: one automaton of every action's candidates, one pass
     over the known text recording where each value is first seen. A different (looser)
@@ -403,15 +374,14 @@ def main(argv: list[str]) -> int:
 
     native_leaks = run_native_leaks()
     assert native_leaks == run_pure_leaks()
-    assert [[(x.value, x.kind, x.turn, x.position) for x in leaks] for leaks in native_leaks] == [
-        _regex_set_leaks(i, a, c) for i, a, c in io
-    ]
+    assert native_leaks == [regex_set_leaks(i, a, c) for i, a, c in io]
     aho_s = _median_cpu(lambda: [_ahocorasick_leaks(i, a, c) for i, a, c in io], repeat)
     row = _measure(
         "scan_leaks",
         run_native_leaks,
         run_pure_leaks,
-        ("compiled regex + set", lambda: [_regex_set_leaks(i, a, c) for i, a, c in io]),
+        ("compiled regex + set (same second pass)",
+         lambda: [regex_set_leaks(i, a, c) for i, a, c in io]),
         repeat, pure_repeat,
         {
             "episodes": len(io),

@@ -337,6 +337,11 @@ class Leak(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     kind: str
     turn: int
     position: int
+    rule: str = ""
+    """The scanner rule that flagged it (``unseen-number``, ``unseen-part`` …; see
+    ``rsr_async._native.leakrules.RULES``); empty in records written before rules had names."""
+    why: str = ""
+    """One sentence: which rule, which value (or part of it), where, and what was checked."""
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):

@@ -5,7 +5,9 @@
 - ``similarity``: command Jaccard and order similarity (normalised LCS), pairwise and
   all-pairs;
 - ``leakscan``: literals in model actions that the model never saw (``LeakScanner``,
-  ``scan_leaks``, ``scan_trajectory``).
+  ``scan_leaks``, ``scan_trajectory``); its second pass, ``leakrules`` (pure Python,
+  shared by both twins), clears what the sandbox holds or the model could derive
+  (``SandboxKnowledge``).
 
 The compiled modules are used when they were built; ``RSR_NO_EXTENSIONS=1`` selects the
 pure-Python twins at run time. ``NATIVE`` says which one is active. Both give the same
@@ -19,12 +21,14 @@ from __future__ import annotations
 import os
 
 from ..schema import Leak, Trajectory
+from .leakrules import SandboxKnowledge
 from .records import CompressionReport
 
 __all__ = [
     "NATIVE",
     "CompressionReport",
     "LeakScanner",
+    "SandboxKnowledge",
     "clean_observation",
     "command_jaccard",
     "command_order_similarity",

@@ -18,7 +18,7 @@ cimport cython
 
 from collections.abc import Sequence
 
-from rsr_async.schema import Leak
+from rsr_async._native.leakrules import Judge, SandboxKnowledge
 
 cdef extern from "Python.h":
     # A macro over the string's own buffer: safe without the GIL while the string lives.
@@ -113,7 +113,7 @@ cdef extern from *:
     int rsr_clz64(unsigned long long x) nogil
     void rsr_masks64(const uint8_t* p, int length, rsr_masks* m) nogil
 
-__all__ = ["LeakScanner", "scan_leaks"]
+__all__ = ["LeakScanner", "SandboxKnowledge", "scan_leaks"]
 
 # Character classes, one bit each; bytes 128-255 (Latin-1) are in no class.
 cdef enum:
@@ -397,6 +397,7 @@ cdef class LeakScanner:
     cdef Py_ssize_t _cap, _bits, _count, _entries_cap
     cdef set _reported
     cdef dict _quoted  # quoted value -> texts searched without a hit; -1: known
+    cdef object _judge  # the second pass (leakrules.Judge), shared with the pure twin
 
     def __cinit__(self):
         global _spare_slots, _spare_entries, _spare_bits
@@ -422,7 +423,8 @@ cdef class LeakScanner:
         if self._slots == NULL or self._entries == NULL:
             raise MemoryError()
 
-    def __init__(self, instruction=""):
+    def __init__(self, instruction="", *, sandbox=None, derive=True):
+        self._judge = Judge(self._texts, sandbox, derive, self._contains_from)
         self.observe(instruction)
 
     def __dealloc__(self):
@@ -672,6 +674,23 @@ cdef class LeakScanner:
             return False  # the table holds words, and words are ASCII
         return self._lookup(kind, data, 0, n, -1) == 1
 
+    def _contains_from(self, str value, Py_ssize_t start):
+        """``value`` is a substring of a known text from ``start`` on (the second pass's
+        search, by the same memchr-on-the-rarest-byte loop as quoted values)."""
+        cdef int kind = PyUnicode_KIND(value)
+        cdef const uint8_t* needle = <const uint8_t*>PyUnicode_DATA(value)
+        cdef Py_ssize_t m = PyUnicode_GET_LENGTH(value), rare = 0, i
+        if kind == 1:
+            rare = _rarest(needle, m)
+        for i in range(start, self._n_texts):
+            if kind == 1 and self._kinds[i] == 1:
+                if _contains_bytes(<const uint8_t*>self._datas[i],
+                                   PyUnicode_GET_LENGTH(<str>self._texts[i]), needle, m, rare):
+                    return True
+            elif value in <str>self._texts[i]:
+                return True
+        return False
+
     cdef bint _known_quoted(self, str value):
         # Texts only grow: a value found once stays known (-1), and one not found in the
         # first k texts need only be looked for in the newer ones next time.
@@ -745,6 +764,7 @@ cdef class LeakScanner:
                     continue
             i += 1
         if not found:
+            self._judge.note(a)
             return out
         found.sort()
         for item in found:
@@ -754,11 +774,14 @@ cdef class LeakScanner:
             if item[1] == 1 and self._known_quoted(value):
                 continue
             self._reported.add(value)
-            out.append(Leak(value=value, kind=item[3], turn=turn, position=item[0]))
-        return out
+            out.append((item[0], value, item[3]))
+        if not out:
+            self._judge.note(a)
+            return out
+        return self._judge.judge(a, turn, out)
 
 
-def scan_leaks(actions, context, *, instruction=""):
+def scan_leaks(actions, context, *, instruction="", sandbox=None):
     """Leaks of one episode: ``context[i]`` is what was shown just before ``actions[i]``."""
     for name, value in (("actions", actions), ("context", context)):
         if isinstance(value, str) or not isinstance(value, Sequence):
@@ -772,7 +795,7 @@ def scan_leaks(actions, context, *, instruction=""):
         )
     if not isinstance(instruction, str):
         raise TypeError(f"scan_leaks: instruction must be str, got {type(instruction).__name__}")
-    cdef LeakScanner scanner = LeakScanner(instruction)
+    cdef LeakScanner scanner = LeakScanner(instruction, sandbox=sandbox)
     cdef list out = []
     cdef Py_ssize_t turn
     for turn in range(len(actions)):

@@ -28,7 +28,9 @@ Known
     instruction plus every observation seen so far; it only grows.
 
 Each leaked value is reported once per episode, at its first use: ``Leak(value, kind,
-turn, position)`` with ``position`` the index (in code points) in the action text.
+turn, position, rule, why)`` with ``position`` the index (in code points) in the action
+text; ``rule`` and ``why`` come from the second pass (``leakrules.py``), which also
+decides which first-pass candidates are derivable after all.
 Candidates of one action are taken in position order, words before a quoted string
 starting at the same index.
 """
@@ -39,8 +41,9 @@ import re
 from collections.abc import Sequence
 
 from ..schema import Leak
+from .leakrules import Judge, SandboxKnowledge
 
-__all__ = ["LeakScanner", "scan_leaks"]
+__all__ = ["LeakScanner", "SandboxKnowledge", "scan_leaks"]
 
 _WORD = re.compile(r"[A-Za-z0-9_./+~-]+")
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -103,11 +106,23 @@ def _quoted(text: str) -> list[tuple[int, str]]:
 
 
 class LeakScanner:
-    """Incremental leak scan of one episode: ``observe`` what the model saw, ``scan`` what it did."""
+    """Incremental leak scan of one episode: ``observe`` what the model saw, ``scan`` what it did.
 
-    def __init__(self, instruction: str = "") -> None:
+    The candidates this module finds go through the second pass of ``leakrules`` (what the
+    ``sandbox`` holds, what the model could derive); ``derive=False`` skips it, for callers
+    that want every unseen literal (the critic's runbook checks).
+    """
+
+    def __init__(
+        self,
+        instruction: str = "",
+        *,
+        sandbox: SandboxKnowledge | None = None,
+        derive: bool = True,
+    ) -> None:
         self._known: set[str] = set()
         self._texts: list[str] = []
+        self._judge = Judge(self._texts, sandbox, derive)
         self._reported: set[str] = set()
         self._quoted: dict[str, int] = {}
         self.observe(instruction)
@@ -144,19 +159,26 @@ class LeakScanner:
         found: list[tuple[int, int, str, str]] = [(p, 0, w, k) for p, w, k in _words(action)]
         found.extend((p, 1, value, "quoted") for p, value in _quoted(action))
         found.sort()
-        out: list[Leak] = []
+        unseen: list[tuple[int, str, str]] = []
         for position, order, value, kind in found:
             if value in self._reported or value in self._known:
                 continue
             if order == 1 and self._known_quoted(value):
                 continue
             self._reported.add(value)
-            out.append(Leak(value=value, kind=kind, turn=turn, position=position))
-        return out
+            unseen.append((position, value, kind))
+        if not unseen:
+            self._judge.note(action)
+            return []
+        return self._judge.judge(action, turn, unseen)
 
 
 def scan_leaks(
-    actions: Sequence[str], context: Sequence[str], *, instruction: str = ""
+    actions: Sequence[str],
+    context: Sequence[str],
+    *,
+    instruction: str = "",
+    sandbox: SandboxKnowledge | None = None,
 ) -> list[Leak]:
     """Leaks of one episode: ``context[i]`` is what was shown just before ``actions[i]``."""
     for name, value in (("actions", actions), ("context", context)):
@@ -171,7 +193,7 @@ def scan_leaks(
         )
     if not isinstance(instruction, str):
         raise TypeError(f"scan_leaks: instruction must be str, got {type(instruction).__name__}")
-    scanner = LeakScanner(instruction)
+    scanner = LeakScanner(instruction, sandbox=sandbox)
     out: list[Leak] = []
     for turn, (action, seen) in enumerate(zip(actions, context, strict=True)):
         scanner.observe(seen)

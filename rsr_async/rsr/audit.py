@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._native import LeakScanner, compress_trajectory
+from .._native import LeakScanner, SandboxKnowledge, compress_trajectory
 from ..errors import ReplyFormatError
 from ..llm.base import ChatMessage
 from ..schema import Leak, Trajectory
@@ -27,13 +27,17 @@ from .prompts import json_objects, render_prompt, strip_reasoning
 __all__ = ["auditor_messages", "flag_values", "parse_audit"]
 
 
-def flag_values(trajectory: Trajectory, *, instruction: str) -> list[Leak]:
+def flag_values(
+    trajectory: Trajectory, *, instruction: str, sandbox: SandboxKnowledge | None = None
+) -> list[Leak]:
     """Values in the model's actions that nothing public had shown it before that turn.
 
     Each value is reported once, at its first use (``Leak.turn`` is the model message's
-    turn, ``position`` its index in the turn's keystrokes joined by newlines).
+    turn, ``position`` its index in the turn's keystrokes joined by newlines), with the
+    rule that flagged it and why (``Leak.rule``, ``Leak.why``). ``sandbox``: names that
+    exist in the task's sandbox (default: the base image's, ``SandboxKnowledge.standard``).
     """
-    scanner = LeakScanner(instruction)
+    scanner = LeakScanner(instruction, sandbox=sandbox)
     flagged: list[Leak] = []
     for message in trajectory.messages:
         if message.origin in ("task", "env"):
@@ -45,8 +49,12 @@ def flag_values(trajectory: Trajectory, *, instruction: str) -> list[Leak]:
 
 
 def _flagged_list(leaks: Sequence[Leak]) -> str:
+    # The scanner's reason goes on its own line, so the auditor can weigh it and a reply
+    # parser reading "N. 'value' (kind, turn T)" lines still finds every value.
     return "\n".join(
-        f"{i}. {leak.value!r} ({leak.kind}, turn {leak.turn})" for i, leak in enumerate(leaks, 1)
+        f"{i}. {leak.value!r} ({leak.kind}, turn {leak.turn})"
+        + (f"\n   flagged by {leak.why}" if leak.why else "")
+        for i, leak in enumerate(leaks, 1)
     )
 
 

@@ -176,7 +176,9 @@ def _source_values(
     seen = _seen_text(source, instruction)
     env_indexes = [i for i, (origin, _, _) in enumerate(public) if origin == "env"]
     final = set(env_indexes[-final_observations:]) if final_observations > 0 else set()
-    scanner = LeakScanner(instruction)
+    # First pass only: the critic asks which literals a runbook states that the source
+    # produced, and an everyday or derivable value stated as the answer is still stated.
+    scanner = LeakScanner(instruction, derive=False)
     values: dict[str, str] = {}
     for i, (origin, text, turn) in enumerate(public):
         if origin == "model" or i in final:
@@ -196,7 +198,7 @@ def _source_values(
 def _test_values(
     files: Iterable[tuple[str, str]], source: Trajectory, instruction: str
 ) -> dict[str, str]:
-    seen = LeakScanner(instruction)
+    seen = LeakScanner(instruction, derive=False)
     for origin, text, _ in _public(source):
         if origin != "model":
             seen.observe(text)
@@ -218,7 +220,7 @@ def _literals(
     instruction = task.instruction
     stated = [
         leak.value
-        for leak in LeakScanner(instruction).scan(runbook)
+        for leak in LeakScanner(instruction, derive=False).scan(runbook)
         if leak.value not in instruction
     ]
     if not stated:

@@ -16,19 +16,24 @@ def values(leaks: list[Leak]) -> list[tuple[str, str]]:
     return [(leak.value, leak.kind) for leak in leaks]
 
 
+def where(leaks: list[Leak]) -> list[tuple[str, str, int, int, str]]:
+    """Value, kind, turn, position and rule: everything of a flag but its sentence."""
+    return [(leak.value, leak.kind, leak.turn, leak.position, leak.rule) for leak in leaks]
+
+
 def test_candidate_kinds(leakscan: ModuleType) -> None:
     action = (
-        "cd /app/data && python3 run.py --seed 31337 --rate 0.5 --n 1000 --id 007 "
-        "--key deadbeef42 --token aZ9+_-Qx7 --name compute_checksum --v 1.2.3 "
+        "cd /app/data && python3 run.py --seed 31337 --rate 0.55 --n 1000 --id 007 "
+        "--key deadbeef42 --token aZ9+_-Qx7 --name report.2024.final --v 1.2.3 "
         "echo 'p@ss!w0rd' \"hi\" x 12 ab"
     )
     assert values(leakscan.scan_leaks([action], [""])) == [
         ("/app/data", "path"),
         ("31337", "number"),  # not run.py (short, no digit), 1000 (one significant digit)
-        ("0.5", "number"),
+        ("0.55", "number"),
         ("deadbeef42", "hex"),
         ("aZ9+_-Qx7", "token"),
-        ("compute_checksum", "identifier"),
+        ("report.2024.final", "identifier"),
         ("1.2.3", "number"),
         ("p@ss!w0rd", "quoted"),
     ]
@@ -36,11 +41,15 @@ def test_candidate_kinds(leakscan: ModuleType) -> None:
 
 def test_positions_and_turns(leakscan: ModuleType) -> None:
     leaks = leakscan.scan_leaks(["ls", "cat /etc/secret_token_file"], ["", "$ "])
-    assert leaks == [Leak(value="/etc/secret_token_file", kind="path", turn=1, position=4)]
+    assert where(leaks) == [("/etc/secret_token_file", "path", 1, 4, "unseen-path")]
+    assert leaks[0].why.startswith(
+        "unseen-path: path '/etc/secret_token_file' at turn 1, character 4: a path that no "
+        "public text showed"
+    )
     scanner = leakscan.LeakScanner("port 8080")
-    assert scanner.scan("curl localhost:8080 -d 'x=424242'", turn=7) == [
-        Leak(value="x=424242", kind="quoted", turn=7, position=24),
-        Leak(value="424242", kind="number", turn=7, position=26),
+    assert where(scanner.scan("curl localhost:8080 -d 'x=424242'", turn=7)) == [
+        ("x=424242", "quoted", 7, 24, "unseen-part"),
+        ("424242", "number", 7, 26, "unseen-number"),
     ]
 
 
@@ -68,9 +77,9 @@ def test_token_match_not_substring(leakscan: ModuleType) -> None:
 def test_quoted_values_match_as_substrings(leakscan: ModuleType) -> None:
     scanner = leakscan.LeakScanner()
     scanner.observe("password is p@ss!w0rd, keep it")
-    assert scanner.scan("echo 'p@ss!w0rd' \"hunter2?\"") == [
-        Leak(value="hunter2?", kind="quoted", turn=0, position=18)
-    ]
+    leaks = scanner.scan("echo 'p@ss!w0rd' \"hunter2?\"")
+    assert where(leaks) == [("hunter2?", "quoted", 0, 18, "unseen-part")]
+    assert "its part 'hunter2'" in leaks[0].why
 
 
 def test_each_value_reported_once(leakscan: ModuleType) -> None:
@@ -82,11 +91,11 @@ def test_unicode_actions(leakscan: ModuleType) -> None:
     # Non-ASCII characters separate words; quoted strings keep them.
     scanner = leakscan.LeakScanner("日本 31337")
     leaks = scanner.scan("echo 日本 31337 /tmp/ü/file_9 'ünïcødé!'")
+    # /tmp is in every sandbox; /file_9 is not.
     assert [(x.value, x.kind, x.position) for x in leaks] == [
-        ("/tmp", "path", 14),
         ("/file_9", "path", 20),
-        ("ünïcødé!", "quoted", 29),
     ]
+    assert values(scanner.scan("echo 'ünï4217cødé!'")) == [("ünï4217cødé!", "quoted")]
 
 
 @pytest.mark.parametrize("bad", [None, 3, b"bytes", ["x"]])
@@ -125,9 +134,9 @@ def test_scan_trajectory_ignores_private_and_harness_text() -> None:
             ),
         ],
     )
-    assert scan_trajectory(t) == [
-        Leak(value="5f3e9a7c1d", kind="hex", turn=1, position=17),
-        Leak(value="424242", kind="number", turn=1, position=28),
+    assert where(scan_trajectory(t)) == [
+        ("5f3e9a7c1d", "hex", 1, 17, "unseen-hex"),
+        ("424242", "number", 1, 28, "unseen-number"),
     ]
     with pytest.raises(TypeError, match="scan_trajectory"):
         scan_trajectory(None)  # type: ignore[arg-type]

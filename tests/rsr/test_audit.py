@@ -47,12 +47,16 @@ def test_a_planted_answer_is_flagged_and_a_value_shown_earlier_is_not() -> None:
     values = [leak.value for leak in flagged]
     # 1200.25 / 3210.25 were shown by the head output before turn 1 used them.
     assert "1200.25" not in values and "3210.25" not in values
-    assert flagged[1] == Leak(value="73519.25", kind="number", turn=2, position=5)
+    first = flagged[0]
+    assert (first.value, first.kind, first.turn, first.position, first.rule) == (
+        "73519.25", "number", 2, 5, "unseen-number")
+    assert first.why.startswith("unseen-number: number '73519.25' at turn 2, character 5: ")
     # Private runbook text never counts as seen, nor does harness text; a value shown only
-    # after the model typed it (turn 3's output) was still a leak when typed.
-    assert values == ["/app/reports/daily", "73519.25", "9c1e55aa01", "777123.5"]
+    # after the model typed it (turn 3's output) was still a leak when typed. The directory
+    # the agent made (mkdir -p) is its own: no flag.
+    assert values == ["73519.25", "9c1e55aa01", "777123.5"]
     clean = [leak.value for leak in flag_values(execution(planted=False), instruction=INSTRUCTION)]
-    assert clean == ["/app/reports/daily", "9c1e55aa01", "777123.5"]  # 4410.5: printed at turn 2
+    assert clean == ["9c1e55aa01", "777123.5"]  # 4410.5: printed at turn 2
 
 
 def test_the_auditor_sees_only_public_text_and_the_flagged_values() -> None:
@@ -64,8 +68,11 @@ def test_the_auditor_sees_only_public_text_and_the_flagged_values() -> None:
     user = messages[1]["content"]
     assert "RUNBOOK" not in user and "Are you sure" not in user
     assert "$ echo 73519.25 > /app/total.txt" in user and "Terminal:\nNew Terminal Output:\n4410.5" in user
-    assert ("<flagged>\n1. '/app/reports/daily' (path, turn 0)\n2. '73519.25' (number, turn 2)\n"
-            "3. '9c1e55aa01' (hex, turn 2)\n4. '777123.5' (number, turn 3)\n</flagged>") in user
+    # Each value with the scanner's reason on the line below it.
+    assert ("<flagged>\n1. '73519.25' (number, turn 2)\n   flagged by unseen-number: number "
+            "'73519.25' at turn 2, character 5: a number that no public text showed") in user
+    assert "\n2. '9c1e55aa01' (hex, turn 2)\n   flagged by unseen-hex: " in user
+    assert "\n3. '777123.5' (number, turn 3)\n   flagged by unseen-number: " in user
 
 
 def test_the_scripted_auditor_rules_the_planted_leak_leaked_end_to_end() -> None:
@@ -78,7 +85,7 @@ def test_the_scripted_auditor_rules_the_planted_leak_leaked_end_to_end() -> None
                                              leaks=flagged))
         rulings = parse_audit(reply, flagged)
         assert {leak.value for leak, is_leak, _ in rulings if is_leak} == leaked
-        assert {leak.value for leak, is_leak, _ in rulings if not is_leak} == {"/app/reports/daily"}
+        assert {leak.value for leak, is_leak, _ in rulings if not is_leak} == set()
         assert all(why for _, _, why in rulings)
 
 

@@ -107,6 +107,9 @@ async def test_a_trajectory_shows_origins_tokens_timing_and_leak_marks(client: C
     assert '<mark class="flag">1337</mark>' in turn
     assert html.count(f'<mark class="leak">{LEAK}</mark>') == 2  # the command and the reply
     assert 'data-related="audit"' in html and 'data-related="source"' in html
+    # Each flag says which scanner rule raised it, its sentence in the cell's title.
+    assert '<td title="unseen-token: token &#39;s3cr3t-9f2a&#39; at turn 1' in html
+    assert ">unseen-token</td>" in html
 
 
 async def test_the_source_page_shows_runbooks_verdicts_and_rewrites(client: Client) -> None:

@@ -1,0 +1,48 @@
+"""The library baseline for the leak scan: a compiled word regex and a Python set.
+
+Same first-pass rules as ``leakscan`` (its twin's word and quote finders), then the same
+second pass (``leakrules.Judge``), so its answer equals the scanner's and a speed ratio
+compares the same work.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rsr_async._native import leakscan_py as pure_leakscan
+from rsr_async._native.leakrules import Judge, SandboxKnowledge
+from rsr_async.schema import Leak
+
+_WORD = re.compile(r"[A-Za-z0-9_./+~-]+")
+
+
+def regex_set_leaks(instruction: str, actions: list[str], context: list[str],
+                    sandbox: SandboxKnowledge | None = None) -> list[Leak]:
+    known: set[str] = set()
+    texts: list[str] = []
+    judge = Judge(texts, sandbox)
+    reported: set[str] = set()
+    out: list[Leak] = []
+    if instruction:
+        texts.append(instruction)
+        known.update([w.lstrip(".-").rstrip("./-") for w in _WORD.findall(instruction)])
+    for turn, (action, seen) in enumerate(zip(actions, context, strict=True)):
+        if seen:
+            texts.append(seen)
+            known.update([w.lstrip(".-").rstrip("./-") for w in _WORD.findall(seen)])
+        found = [(p, 0, w, k) for p, w, k in pure_leakscan._words(action) if w not in known]
+        found.extend((p, 1, v, "quoted") for p, v in pure_leakscan._quoted(action))
+        found.sort()
+        unseen = []
+        for position, order, value, kind in found:
+            if value in reported:
+                continue
+            if order == 1 and (value in known or any(value in t for t in texts)):
+                continue
+            reported.add(value)
+            unseen.append((position, value, kind))
+        if unseen:
+            out.extend(judge.judge(action, turn, unseen))
+        else:
+            judge.note(action)
+    return out

@@ -78,7 +78,7 @@ class OptionalBuildExt(build_ext):
         )
 
 
-SHIPPED = {"configs": "*.toml", "bench": "*.py"}
+SHIPPED = {"configs": ("*.toml",), "bench": ("*.py", "leak_corpus/*")}
 """Top-level folders a wheel carries inside the package (``rsr_async/_shipped/``), where
 ``rsr_async/_layout.py`` finds them: the named configs and the benchmarks."""
 
@@ -89,13 +89,15 @@ class BuildPyWithShipped(build_py):
 
     def run(self) -> None:
         super().run()
-        for folder, pattern in SHIPPED.items():
+        for folder, patterns in SHIPPED.items():
             target = Path(self.build_lib) / "rsr_async" / "_shipped" / folder
             if target.exists():
                 shutil.rmtree(target)
-            target.mkdir(parents=True)
-            for source in sorted(Path(folder).glob(pattern)):
-                shutil.copy2(source, target / source.name)
+            for pattern in patterns:
+                for source in sorted(Path(folder).glob(pattern)):
+                    copy = target / source.relative_to(folder)
+                    copy.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source, copy)
 
 
 setup(

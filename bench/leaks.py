@@ -2,7 +2,7 @@
 
 ``python -m rsr_async bench leaks [--json FILE] [--repeat N] [--episodes N]``
 
-Quality, on ``tests/native/leak_corpus/corpus.jsonl`` (labels: its README): the scanner's
+Quality, on ``bench/leak_corpus/corpus.jsonl`` (labels: its README): the scanner's
 recall (a leaking case counts only when its planted value is flagged) and false-alarm
 rate (a clean case with any flag), for the compiled scanner and its pure twin (their
 flags are checked equal), then the whole verify stage (scanner, then the auditor ruling

@@ -1,6 +1,6 @@
 """How well the leak audit keeps good data: recall and false alarms on a labelled corpus.
 
-The corpus (``tests/native/leak_corpus/corpus.jsonl`` in a source checkout, built by the
+The corpus (``bench/leak_corpus/corpus.jsonl`` in a source checkout, built by the
 ``build.py`` beside it) holds Terminus 2 trajectories labelled ``leak`` (one ``planted``
 value typed with no public source) or ``clean``. A leaking case counts as caught only
 when its planted value is among the flags, not merely when something is flagged; a clean
@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .._layout import shipped_dir
 from .._native import LeakScanner, SandboxKnowledge
 from ..errors import RsrError
 from ..llm.scripted import ScriptedModel
@@ -26,8 +27,8 @@ from .audit import auditor_messages, parse_audit
 
 __all__ = ["CORPUS", "LeakCase", "load_corpus", "scan_case", "scanner_figures", "verify_figures"]
 
-CORPUS = Path(__file__).resolve().parents[2] / "tests" / "native" / "leak_corpus" / "corpus.jsonl"
-"""The labelled corpus of a source checkout."""
+CORPUS = shipped_dir("bench") / "leak_corpus" / "corpus.jsonl"
+"""The labelled corpus (the checkout's ``bench/leak_corpus/``, or the copy a wheel carries)."""
 
 
 class LeakCase(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,7 +54,7 @@ def load_corpus(path: Path = CORPUS) -> list[LeakCase]:
     """The cases of a corpus file, one JSON object per line."""
     if not path.is_file():
         raise RsrError(f"no leak corpus at {path}: build it with "
-                       "`python tests/native/leak_corpus/build.py` in a source checkout")
+                       "`python bench/leak_corpus/build.py` in a source checkout")
     decoder = msgspec.json.Decoder(LeakCase)
     cases = []
     for number, line in enumerate(path.read_bytes().splitlines(), 1):

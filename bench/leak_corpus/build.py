@@ -1,6 +1,6 @@
 """Build ``corpus.jsonl``, the labelled leak corpus, from the case specs below.
 
-``python tests/native/leak_corpus/build.py [OUT]`` rewrites the file (or writes OUT); the output is fixed by
+``python bench/leak_corpus/build.py [OUT]`` rewrites the file (or writes OUT); the output is fixed by
 the seeds, so a rebuild without a spec change is byte-identical (a test checks that).
 How cases are labelled: see ``README.md`` beside this file.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from rsr_async.schema import Command, Message, Trajectory  # noqa: E402

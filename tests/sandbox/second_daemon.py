@@ -90,6 +90,12 @@ class SecondDaemon:
         daemon's last log lines when no driver works within the deadline."""
         drivers = (self.driver,) if self.driver else DRIVERS
         errors: list[str] = []
+        # After a crash (kill) the managed containerd died with dockerd (PDEATHSIG) but
+        # left its pid file and sockets: a restarted dockerd times out waiting on them.
+        stale = self.root / "exec" / "containerd"
+        for name in ("containerd.pid", "containerd.sock", "containerd.sock.ttrpc",
+                     "containerd-debug.sock"):
+            (stale / name).unlink(missing_ok=True)
         for driver in drivers:
             log = open(self.root / f"dockerd-{driver}.log", "ab")  # noqa: SIM115 - the child holds it
             # Spawned from the test's main thread: PDEATHSIG follows that thread (lifeline.py).
@@ -106,6 +112,10 @@ class SecondDaemon:
             tail = (self.root / f"dockerd-{driver}.log").read_text(errors="replace")[-300:]
             errors.append(f"{driver}: {tail.strip().splitlines()[-1] if tail.strip() else 'no output'}")
         raise RuntimeError("second dockerd did not start: " + "; ".join(errors))
+
+    def running(self) -> bool:
+        """Whether our dockerd process is alive."""
+        return self._process is not None and self._process.poll() is None
 
     def kill(self) -> None:
         """Crash it (SIGKILL): its socket stops answering at once."""

@@ -74,7 +74,11 @@ class SecondDaemon:
         (self.root / "daemon.json").write_text("{}")
 
     def _argv(self, driver: str) -> list[str]:
+        # In its own network namespace: a dockerd with --bridge=none deletes the host's
+        # docker0 at start (libnetwork's removeDefaultBridgeInterface), which took the
+        # default bridge, and every build's RUN step, from the shared daemon.
         return [
+            "unshare", "--net", "--",
             "dockerd",
             "--config-file", str(self.root / "daemon.json"),
             "--host", self.url,

@@ -45,6 +45,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         spec.loader.exec_module(module)
     except ModuleNotFoundError as exc:
+        if exc.name == "tests" or (exc.name or "").startswith("tests."):
+            raise RsrError(
+                f"benchmark {args.name!r} runs from a source checkout: it uses the test "
+                "suite's helpers (tests/), which a wheel does not carry"
+            ) from exc
         raise RsrError(
             f"benchmark {args.name!r} needs {exc.name!r}, which is not installed: "
             "pip install 'rsr_async[bench]'"

@@ -144,6 +144,9 @@ class SandboxConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Image builds in flight at once."""
     api_timeout_s: Positive = 120.0
     """Deadline for one Docker API call."""
+    host_retry_s: Positive = 5.0
+    """Seconds a Docker host that stopped answering stays out of placement before the
+    next ``/_ping`` (asked when an episode is placed); it is used again once it answers."""
     command_timeout_s: Positive = 600.0
     """Default deadline for ``run(cmd)`` inside a sandbox."""
     shell_quiet_s: NonNegative = 0.05

@@ -53,6 +53,41 @@ class DockerHost:
         """Whether containers here can get a disk quota (``StorageOpt size``)."""
         self.quota_warned = False
         """The pool said once that this host cannot apply ``storage_mb``."""
+        self.down_reason = ""
+        """Why this host is out of placement (empty: it is up)."""
+        self.down_since = 0.0
+        self._next_probe = 0.0
+
+    @property
+    def up(self) -> bool:
+        """Whether new containers may be placed here."""
+        return not self.down_reason
+
+    def mark_down(self, reason: str, *, retry_after_s: float) -> bool:
+        """Take this host out of placement; True when it was up until now."""
+        was_up = self.up
+        self.down_reason = reason or "did not answer"
+        if was_up:
+            self.down_since = time.monotonic()
+        self._next_probe = time.monotonic() + retry_after_s
+        return was_up
+
+    def probe_due(self) -> bool:
+        """Whether a down host is due for another ``/_ping``."""
+        return not self.up and time.monotonic() >= self._next_probe
+
+    async def answers(self, timeout_s: float) -> bool:
+        """Whether ``/_ping`` answers within ``timeout_s`` (never raises)."""
+        try:
+            with anyio.fail_after(timeout_s):
+                async with self.docker._query("_ping", versioned_api=False) as response:
+                    return (await response.read()) == b"OK"
+        except (aiodocker.DockerError, aiohttp.ClientError, OSError, TimeoutError):
+            return False
+
+    def mark_up(self) -> None:
+        """Back in placement."""
+        self.down_reason = ""
 
     async def check(self, timeout_s: float) -> None:
         """Fail fast with DockerUnavailableError when the daemon does not answer."""

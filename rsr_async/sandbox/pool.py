@@ -45,11 +45,12 @@ from .compose import (
 )
 from .container import DockerSandbox, docker_errors, permanent_status
 from .hosts import DockerHost, open_client
-from .images import BuildOnce, build_context_image, build_task_image, image_id
+from .images import BuildOnce, build_context_image, build_task_image, image_id, ship_image
 
 __all__ = [
     "CLAIMS_NAME",
     "LABEL_EPISODE",
+    "LABEL_LEASE",
     "LABEL_RUN",
     "LABEL_SERVICE",
     "LABEL_SNAPSHOT",
@@ -58,6 +59,7 @@ __all__ = [
     "LeftoverContainer",
     "SandboxPool",
     "SandboxStats",
+    "lease_ended",
     "owner_gone",
     "read_claims",
     "sweep",
@@ -81,6 +83,8 @@ LABEL_POOL = "rsr_async.pool"
 """A random id per :class:`SandboxPool`: its exit sweep touches only its own containers."""
 LOCK_NAME = "sandbox.lock"
 """Held (flock) by a live pool in its run directory: a free lock proves the owner gone."""
+_SHIP_TIMEOUT_S = 1800.0
+"""Deadline for copying one image between two daemons (the base image: ~25 s here)."""
 TMPFS_PATH = "/tmp"
 """Where ``storage_mb`` is enforced as a tmpfs when the storage driver has no quota."""
 LABEL_WARM = "rsr_async.warm"
@@ -92,6 +96,20 @@ WARM_EPISODE = "warm"
 """The episode label of a prewarmed container (it has no episode when it starts)."""
 CLAIMS_NAME = "sandbox-claims.jsonl"
 """One JSON line per prewarmed container an episode took: container, slot, episode, at."""
+LABEL_LEASE = "rsr_async.lease"
+"""On a pool's lease container on one host (value ``holder``), and on every container and
+network the pool made there while it held that lease (value ``held``).
+
+The lease is an open connection, not a clock: the lease container's only process reads
+its stdin (``StdinOnce``), which the owning pool holds attached for its whole life. When
+the owner dies, however it dies, the kernel closes its socket, Docker closes the
+container's stdin and the lease container exits. So on a host whose ``/proc`` the
+sweeper cannot see, a ``held`` container whose pool has no *running* lease container on
+that same host has a provably gone owner (:func:`sweep`). Two pools never share one."""
+LEASE_HOLDER = "holder"
+LEASE_HELD = "held"
+LEASE_EPISODE = "lease"
+"""The episode label of a lease container."""
 
 _CAPABILITIES = [
     "CHOWN",
@@ -168,6 +186,25 @@ def owner_gone(labels: dict[str, str]) -> bool:
     return False
 
 
+def _live_leases(containers: Iterable[dict[str, Any]]) -> frozenset[str]:
+    """Pool ids holding a running lease container in one host's container listing."""
+    return frozenset(
+        str((c.get("Labels") or {}).get(LABEL_POOL, ""))
+        for c in containers
+        if (c.get("Labels") or {}).get(LABEL_LEASE) == LEASE_HOLDER and c.get("State") == "running"
+    )
+
+
+def lease_ended(labels: dict[str, str], state: str, leases: frozenset[str]) -> bool:
+    """Whether a container's (or network's) owner is provably gone by its lease on this
+    host (:data:`LABEL_LEASE`): a lease container that no longer runs, or a ``held``
+    one whose pool has no running lease container here. Unleased ones: no proof."""
+    lease = labels.get(LABEL_LEASE, "")
+    if lease == LEASE_HOLDER:
+        return state not in ("running", "created", "restarting")
+    return lease == LEASE_HELD and labels.get(LABEL_POOL, "") not in leases
+
+
 class LeftoverContainer(msgspec.Struct, frozen=True, kw_only=True):
     """A labelled container (or a compose episode's network) found by :func:`sweep`."""
 
@@ -212,8 +249,12 @@ async def sweep(
                 containers = await docker.containers.list(
                     all=True, filters={"label": [LABEL_RUN]}
                 )
+            # One listing: a held container's lease was made before it, so it is in the
+            # same list unless its pool ended it.
+            leases = _live_leases(item._container for item in containers)
             for item in containers:
                 labels: dict[str, str] = item._container.get("Labels") or {}
+                state = str(item._container.get("State", ""))
                 episode = labels.get(LABEL_EPISODE, "")
                 slot = labels.get(LABEL_WARM, "")
                 if slot:
@@ -224,7 +265,7 @@ async def sweep(
                     episode = claims[run_dir].get(item.id, f"{WARM_EPISODE} ({unknown})")
                 run = labels.get(LABEL_RUN, "")
                 same_run = run_id is not None and run == run_id
-                remove = owner_gone(labels) or (
+                remove = owner_gone(labels) or lease_ended(labels, state, leases) or (
                     same_run and (everything_of_run or labels.get(LABEL_OWNER) != me)
                 )
                 if remove and not dry_run:
@@ -236,7 +277,7 @@ async def sweep(
                         service=labels.get(LABEL_SERVICE, ""),
                         run=run,
                         episode=episode,
-                        state=str(item._container.get("State", "")),
+                        state=state,
                         warm_slot=slot,
                         removable=remove,
                         removed=remove and not dry_run,
@@ -245,7 +286,7 @@ async def sweep(
             # After the containers: a network goes only once nothing is attached to it.
             found += await _sweep_networks(
                 docker, url, run_id=run_id, me=me, everything_of_run=everything_of_run,
-                dry_run=dry_run, timeout_s=timeout_s,
+                dry_run=dry_run, timeout_s=timeout_s, leases=leases,
             )
             if not dry_run:
                 await _sweep_snapshots(docker, run_id, timeout_s=timeout_s)
@@ -264,6 +305,7 @@ async def _sweep_networks(
     everything_of_run: bool,
     dry_run: bool,
     timeout_s: float,
+    leases: frozenset[str],
 ) -> list[LeftoverContainer]:
     """The labelled networks of compose episodes, by the same rule as their containers."""
     with docker_errors(f"sweep networks {url}", url=url), anyio.fail_after(timeout_s):
@@ -273,7 +315,7 @@ async def _sweep_networks(
         labels: dict[str, str] = network.get("Labels") or {}
         run = labels.get(LABEL_RUN, "")
         same_run = run_id is not None and run == run_id
-        remove = owner_gone(labels) or (
+        remove = owner_gone(labels) or lease_ended(labels, "", leases) or (
             same_run and (everything_of_run or labels.get(LABEL_OWNER) != me)
         )
         removed = remove and not dry_run and await _remove_network(docker, network["Id"], timeout_s=timeout_s)
@@ -416,6 +458,10 @@ class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):
     remove_failures: int
     images_built: int
     warm: int
+    images_shipped: int = 0
+    """Images copied from one host to another that lacked them."""
+    hosts_down: tuple[str, ...] = ()
+    """Docker hosts out of placement now (they stopped answering)."""
     per_host: dict[str, int]
 
 
@@ -453,6 +499,10 @@ class SandboxPool:
         self._compose: dict[str, ComposeSpec | None] = {}
         """Task path → its parsed docker-compose.yaml (None: not a compose task)."""
         self._lock_file: Any = None
+        self._leases: dict[str, tuple[str, Any]] = {}
+        """Host URL → (lease container id, its attached stdin stream), see LABEL_LEASE."""
+        self._ships = BuildOnce()
+        self._images_shipped = 0
         self._build_limiter = anyio.Semaphore(max(1, config.build_concurrency))
         self._started = 0
         self._removed = 0
@@ -474,15 +524,30 @@ class SandboxPool:
                     )
                 )
             for host in self._hosts:
-                await host.check(min(self.config.api_timeout_s, 15.0))
-                await host.probe_storage(min(self.config.api_timeout_s, 15.0))
+                try:
+                    await host.check(min(self.config.api_timeout_s, 15.0))
+                    await host.probe_storage(min(self.config.api_timeout_s, 15.0))
+                except DockerUnavailableError as exc:
+                    if len(self._hosts) == 1:
+                        raise
+                    # One host of several: place around it and ask again later.
+                    host.mark_down(str(exc), retry_after_s=self.config.host_retry_s)
+                    log.warning("%s; episodes go to the other Docker hosts until it answers", exc)
+            if not any(host.up for host in self._hosts):
+                raise DockerUnavailableError(
+                    "no Docker host answers: "
+                    + "; ".join(f"{h.url} ({h.down_reason})" for h in self._hosts)
+                )
             if self.run_dir is not None:
                 await anyio.to_thread.run_sync(self._take_lock)
             await sweep(
-                self.config.docker_urls,
+                [h.url for h in self._hosts if h.up],
                 run_id=self.run_id,
                 timeout_s=self.config.api_timeout_s,
             )
+            for host in self._hosts:
+                if host.up:
+                    await self._take_lease(host)
         except BaseException:
             await self._close_hosts()
             self._release_lock()
@@ -508,6 +573,8 @@ class SandboxPool:
                     await self._discard_network(host, network_id)
                 await self._sweep_own()
             finally:
+                for host in self._hosts:
+                    await self._end_lease(host)
                 await self._close_hosts()
                 self._release_lock()
 
@@ -537,28 +604,36 @@ class SandboxPool:
     async def _sweep_own(self) -> None:
         """Last resort at exit: anything Docker still lists as this pool's goes."""
         for host in self._hosts:
-            try:
-                with anyio.fail_after(self.config.api_timeout_s):
-                    found = await host.docker.containers.list(
-                        all=True,
-                        filters={"label": [f"{LABEL_POOL}={self._pool_id}"]},
-                    )
-            except (aiodocker.DockerError, TimeoutError, OSError):
-                continue  # the daemon is gone; the next start-up sweep will find them
-            for item in found:
-                if await _remove(host.docker, item.id, timeout_s=self.config.api_timeout_s):
-                    self._removed += 1
-            with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError):
-                with anyio.fail_after(self.config.api_timeout_s):
-                    networks = await host.docker.networks.list(
-                        filters={"label": [f"{LABEL_POOL}={self._pool_id}"]}
-                    )
-                for network in networks:
-                    await _remove_network(host.docker, network["Id"], timeout_s=self.config.api_timeout_s)
-            # A commit a killed predecessor asked for can land after our start-up sweep
-            # (the daemon finishes it alone); at exit no snapshot of this run is in use.
-            with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError):
-                await _sweep_snapshots(host.docker, self.run_id, timeout_s=self.config.api_timeout_s)
+            if not host.up:
+                continue  # its leftovers: ours when it is back, or any sweep's (lease ended)
+            await self._sweep_own_on(host)
+
+    async def _sweep_own_on(self, host: DockerHost, *, keep: frozenset[str] = frozenset()) -> None:
+        """Remove this pool's containers (but ``keep``), networks and snapshots on ``host``."""
+        try:
+            with anyio.fail_after(self.config.api_timeout_s):
+                found = await host.docker.containers.list(
+                    all=True,
+                    filters={"label": [f"{LABEL_POOL}={self._pool_id}"]},
+                )
+        except (aiodocker.DockerError, TimeoutError, OSError):
+            return  # the daemon is gone; the next start-up sweep will find them
+        for item in found:
+            if item.id in keep:
+                continue
+            if await _remove(host.docker, item.id, timeout_s=self.config.api_timeout_s):
+                self._removed += 1
+        with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError):
+            with anyio.fail_after(self.config.api_timeout_s):
+                networks = await host.docker.networks.list(
+                    filters={"label": [f"{LABEL_POOL}={self._pool_id}"]}
+                )
+            for network in networks:
+                await _remove_network(host.docker, network["Id"], timeout_s=self.config.api_timeout_s)
+        # A commit a killed predecessor asked for can land after our start-up sweep
+        # (the daemon finishes it alone); at exit no snapshot of this run is in use.
+        with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError):
+            await _sweep_snapshots(host.docker, self.run_id, timeout_s=self.config.api_timeout_s)
 
     async def _close_hosts(self) -> None:
         for host in self._hosts:
@@ -591,10 +666,152 @@ class SandboxPool:
 
     # ------------------------------------------------------------------ images
 
-    def _host_for(self) -> DockerHost:
+    # ------------------------------------------------------------------ hosts
+
+    def _needs_lease(self, host: DockerHost) -> bool:
+        """A pool of one local daemon is proven gone through ``/proc``; any other host
+        (another of several, or a remote one) is leased (:data:`LABEL_LEASE`)."""
+        return len(self._hosts) > 1 or not host.url.startswith("unix://")
+
+    async def _take_lease(self, host: DockerHost) -> None:
+        """Start this pool's lease container on ``host`` and hold its stdin (see
+        :data:`LABEL_LEASE`). Without one (no base image there, Docker refused), the
+        pool still runs; its containers there are then swept only by ``/proc`` or lock."""
+        if not self._needs_lease(host):
+            return
+        labels = {
+            LABEL_RUN: self.run_id, LABEL_EPISODE: LEASE_EPISODE, LABEL_OWNER: self._owner,
+            LABEL_POOL: self._pool_id, LABEL_LEASE: LEASE_HOLDER,
+        }
+        if self.run_dir is not None:
+            labels[LABEL_RUN_DIR] = str(self.run_dir.resolve())
+        config: dict[str, Any] = {
+            "Image": self.config.base_image,
+            "Entrypoint": ["sh", "-c", "read _ ; exit 0"],  # ends when our connection does
+            "Labels": labels,
+            "OpenStdin": True, "StdinOnce": True, "AttachStdin": True,
+            "NetworkDisabled": True,
+            "HostConfig": {"NetworkMode": "none", "Memory": 16 << 20, "PidsLimit": 8,
+                           "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"],
+                           "AutoRemove": False},
+        }
+        timeout = min(self.config.api_timeout_s, 30.0)
+        container_id = ""
+        try:
+            await self._ensure_present(host, self.config.base_image)
+            with anyio.CancelScope(shield=True), anyio.fail_after(timeout), docker_errors(
+                f"lease on {host.url}", url=host.url
+            ):
+                created = await host.docker.containers.create(config)
+                container_id = str(created.id)
+                stream = created.attach(stdin=True)
+                await stream._init()  # attached before the start: no moment unheld
+                await created.start()
+        except (SandboxError, aiodocker.DockerError) as exc:
+            if container_id:
+                await _remove(host.docker, container_id, timeout_s=timeout)
+            log.warning("no lease on %s (%s): its containers of this run can be swept by "
+                        "another machine only through this run's directory lock", host.url, exc)
+            return
+        self._leases[host.url] = (container_id, stream)
+
+    async def _end_lease(self, host: DockerHost) -> None:
+        """Let go of the lease (its container exits) and remove its container."""
+        lease = self._leases.pop(host.url, None)
+        if lease is None:
+            return
+        container_id, stream = lease
+        with anyio.CancelScope(shield=True):
+            with contextlib.suppress(Exception), anyio.move_on_after(5):
+                await stream.close()
+            if host.up:
+                await _remove(host.docker, container_id, timeout_s=min(self.config.api_timeout_s, 30.0))
+
+    async def _place(self) -> DockerHost:
+        """The least loaded host that is up; down hosts due for a ``/_ping`` are asked
+        first (each at most every ``host_retry_s``) and used again when they answer."""
         if not self._hosts:
             raise SandboxError("SandboxPool used outside `async with`")
-        return min(self._hosts, key=lambda h: h.live)
+        due = [h for h in self._hosts if h.probe_due()]
+        if due:
+            for host in due:
+                host.mark_down(host.down_reason, retry_after_s=self.config.host_retry_s)
+            async with anyio.create_task_group() as tg:
+                for host in due:
+                    tg.start_soon(self._reprobe, host)
+        up = [h for h in self._hosts if h.up]
+        if not up:
+            raise DockerUnavailableError(
+                "every Docker host is down: "
+                + "; ".join(f"{h.url} ({h.down_reason})" for h in self._hosts)
+                + f"; each is asked again every {self.config.host_retry_s:g} s"
+            )
+        return min(up, key=lambda h: h.live)
+
+    async def _reprobe(self, host: DockerHost) -> None:
+        if not await host.answers(min(self.config.api_timeout_s, 5.0)):
+            return
+        try:
+            await host.probe_storage(min(self.config.api_timeout_s, 15.0))
+            # A daemon that restarted stopped our old containers and our old lease.
+            old = self._leases.pop(host.url, None)
+            await self._take_lease(host)
+            if old is not None:
+                with contextlib.suppress(Exception), anyio.move_on_after(5):
+                    await old[1].close()
+            tracked = {cid for cid, (h, _) in self._containers.items() if h is host}
+            lease = self._leases.get(host.url)
+            await self._sweep_own_on(host, keep=frozenset(tracked | ({lease[0]} if lease else set())))
+        except SandboxError as exc:
+            host.mark_down(str(exc), retry_after_s=self.config.host_retry_s)
+            return
+        log.warning("Docker host %s answers again after %.0f s: placing episodes there",
+                    host.url, time.monotonic() - host.down_since)
+        host.mark_up()
+
+    async def _check_host(self, host: DockerHost, error: BaseException | None = None) -> None:
+        """After a failure on ``host``: out of placement when it is unreachable (said by
+        ``error``, or by a ``/_ping`` that gets no answer)."""
+        if not host.up:
+            return
+        if isinstance(error, DockerUnavailableError):
+            reason = str(error)
+        elif await host.answers(min(self.config.api_timeout_s, 5.0)):
+            return
+        else:
+            reason = "stopped answering /_ping"
+        if host.mark_down(reason, retry_after_s=self.config.host_retry_s):
+            log.warning("Docker host %s is down (%s): its episodes are retried on the other "
+                        "hosts; it is asked again every %g s",
+                        host.url, reason, self.config.host_retry_s)
+
+    async def _ensure_present(self, host: DockerHost, name: str) -> str | None:
+        """``name``'s id on ``host``, shipped there from another up host that has it
+        (``images/get`` streamed into ``images/load``) when it is missing; None when no
+        host has it."""
+        timeout = self.config.api_timeout_s
+        with docker_errors(f"image {name}", url=host.url, permanent_4xx=True, error=ImageError):
+            present = await image_id(host.docker, name, timeout_s=timeout)
+        if present is not None:
+            return present
+        for source in self._hosts:
+            if source is host or not source.up:
+                continue
+            with docker_errors(f"image {name}", url=source.url, permanent_4xx=True, error=ImageError):
+                if await image_id(source.docker, name, timeout_s=timeout) is None:
+                    continue
+
+            async def ship(source: DockerHost = source) -> str:
+                async with self._build_limiter:
+                    shipped = await ship_image(source.docker, host.docker, name,
+                                               timeout_s=_SHIP_TIMEOUT_S,
+                                               source_url=source.url, target_url=host.url)
+                self._images_shipped += 1
+                log.info("shipped image %s from %s to %s", name, source.url, host.url)
+                return shipped
+
+            return await self._ships.get(f"{host.url}\0{name}", ship)
+        return None
 
     async def ensure_image(self, task: Task) -> str:
         """The task's image tag, present on every host (built once, cached by content hash)."""
@@ -628,7 +845,7 @@ class SandboxPool:
         where = f"task {task.name!r}: image {task.docker_image}"
         if task.docker_image and not task.environment_dir:
             with docker_errors(where, url=host.url, permanent_4xx=True, error=ImageError):
-                present = await image_id(host.docker, task.docker_image, timeout_s=timeout)
+                present = await self._ensure_present(host, task.docker_image)
             if present is None:
                 # Nothing is ever pulled here, so no later attempt finds it either.
                 raise ImageError(
@@ -643,6 +860,9 @@ class SandboxPool:
         key = f"{host.url}\0{task.name}\0{task.environment_dir}"
 
         async def build() -> str:
+            # Task images build on each host (seconds over a present base, measured
+            # cheaper than shipping the whole image); the base itself is shipped.
+            await self._ensure_present(host, self.config.base_image)
             async with self._build_limiter:
                 tag, built = await build_task_image(
                     host.docker,
@@ -706,6 +926,7 @@ class SandboxPool:
         context = Path(service.build_context)
 
         async def build() -> str:
+            await self._ensure_present(host, self.config.base_image)
             async with self._build_limiter:
                 tag, built = await build_context_image(
                     host.docker,
@@ -730,7 +951,7 @@ class SandboxPool:
     ) -> AsyncIterator[DockerSandbox]:
         """Every service on a private network of this episode, ``main`` as the sandbox;
         all of it removed on exit whatever happens."""
-        host = self._host_for()
+        host = await self._place()
         images = await self._compose_images(host, task, spec)
         network_id, network = await self._create_network(host, task, key)
         started: list[str] = []
@@ -833,12 +1054,15 @@ class SandboxPool:
         with anyio.CancelScope(shield=True), anyio.fail_after(self.config.api_timeout_s), docker_errors(
             where, url=host.url
         ):
+            labels = self._labels(task, key)
+            if host.url in self._leases:
+                labels[LABEL_LEASE] = LEASE_HELD
             network = await host.docker.networks.create({
                 "Name": name,
                 "Driver": "bridge",
                 "Internal": internal,
                 "CheckDuplicate": True,
-                "Labels": self._labels(task, key),
+                "Labels": labels,
             })
         self._networks[network.id] = host
         return network.id, name
@@ -992,6 +1216,8 @@ class SandboxPool:
             if warm_slot is not None:
                 config["Labels"][LABEL_WARM] = warm_slot
             self._limit_storage(config, host, task)
+        if host.url in self._leases:
+            config["Labels"][LABEL_LEASE] = LEASE_HELD
         where = f"task {task.name!r} (episode {key})" + (f" service {service!r}" if service else "")
         slot = await host.start_slot()
         container_id: str | None = None
@@ -1021,6 +1247,10 @@ class SandboxPool:
                 host.live -= 1
             else:
                 await self._discard(host, container_id)
+            if isinstance(exc, (aiodocker.DockerError, OSError, TimeoutError)) and (
+                not isinstance(exc, aiodocker.DockerError) or exc.status == 900
+            ):
+                await self._check_host(host)
             if isinstance(exc, aiodocker.DockerError):
                 if exc.status == 900:
                     raise DockerUnavailableError(
@@ -1074,9 +1304,14 @@ class SandboxPool:
             )
 
     async def _discard(self, host: DockerHost, container_id: str) -> None:
-        """Remove one container we started (shielded: it must go even on cancellation)."""
+        """Remove one container we started (shielded: it must go even on cancellation).
+        On a host that is down it is left for later: this pool's sweep when the host is
+        back, or anyone's sweep once the lease ended with the daemon."""
         with anyio.CancelScope(shield=True):
-            ok = await _remove(host.docker, container_id, timeout_s=self.config.api_timeout_s)
+            ok = host.up and await _remove(host.docker, container_id,
+                                           timeout_s=self.config.api_timeout_s)
+            if not ok:
+                await self._check_host(host)
         self._claims.pop(container_id, None)
         self._warm_slots.pop(container_id, None)
         self._tmpfs.pop(container_id, None)
@@ -1096,8 +1331,12 @@ class SandboxPool:
             async with self._compose_sandbox(task, spec, key=key) as sandbox:
                 yield sandbox
             return
-        host = self._host_for()
-        image = await self._ensure_on(host, task)
+        host = await self._place()
+        try:
+            image = await self._ensure_on(host, task)
+        except DockerUnavailableError as exc:
+            await self._check_host(host, exc)
+            raise
         queue = self._warm.get((host.url, task.name, image))
         container: Any = None
         if queue:
@@ -1121,6 +1360,8 @@ class SandboxPool:
                 except BaseException as exc:
                     # Raised after the task group closes, so callers see it unwrapped.
                     error = exc
+                    if isinstance(exc, SandboxError):
+                        await self._check_host(host, exc)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await sandbox.aclose()
@@ -1216,7 +1457,7 @@ class SandboxPool:
             return 0  # a compose episode is several containers and a network: not prewarmed
         started = 0
         for _ in range(count):
-            host = self._host_for()
+            host = await self._place()
             image = await self._ensure_on(host, task)
             slot = uuid.uuid4().hex[:12]
             container = await self._start(host, task, image, WARM_EPISODE, warm_slot=slot)
@@ -1237,6 +1478,8 @@ class SandboxPool:
             start_failures=self._start_failures,
             remove_failures=self._remove_failures,
             images_built=self._images_built,
+            images_shipped=self._images_shipped,
+            hosts_down=tuple(h.url for h in self._hosts if not h.up),
             warm=sum(len(q) for q in self._warm.values()),
             per_host={h.url: h.live for h in self._hosts},
         )
@@ -1251,6 +1494,7 @@ class SandboxPool:
                 found = await host.docker.containers.list(
                     all=True, filters={"label": [f"{LABEL_RUN}={self.run_id}"]}
                 )
-            ids.extend(c.id for c in found)
+            ids.extend(c.id for c in found
+                       if (c._container.get("Labels") or {}).get(LABEL_LEASE) != LEASE_HOLDER)
         return ids
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -12,8 +12,11 @@ import pytest
 from rsr_async.config import SandboxConfig
 from rsr_async.sandbox import SandboxPool, bootstrap_base_image
 from rsr_async.sandbox.hosts import open_client
+from rsr_async.sandbox.images import ship_between
 from rsr_async.sandbox.pool import LABEL_RUN
 from rsr_async.schema import Task
+
+from .second_daemon import SecondDaemon, unavailable
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BASE = SandboxConfig().base_image
@@ -62,3 +65,30 @@ async def containers_of(run_id: str) -> list[str]:
     finally:
         await docker.close()
         await connector.close()
+
+
+MAIN_URL = "unix:///var/run/docker.sock"
+
+
+@pytest.fixture(scope="session")
+def second_daemon(base_image: str) -> Iterator[SecondDaemon]:
+    """A private second dockerd for the whole session, with the base image shipped to it
+    from the main daemon; stopped and deleted at the end (nothing in it is anyone else's)."""
+    why = unavailable()
+    if why:
+        pytest.skip(f"no second Docker daemon: {why}")
+    bridge = Path("/sys/class/net/docker0")
+    had_bridge = bridge.exists()
+    daemon = SecondDaemon()
+    try:
+        try:
+            daemon.start()
+        except RuntimeError as exc:
+            pytest.skip(str(exc))
+        # Its own network namespace keeps it off the host's links: a dockerd started with
+        # --bridge=none in ours deletes docker0, and every build's RUN step with it.
+        assert bridge.exists() == had_bridge, "the second dockerd removed the host's docker0"
+        anyio.run(lambda: ship_between(MAIN_URL, daemon.url, base_image, timeout_s=600))
+        yield daemon
+    finally:
+        daemon.stop()

@@ -1,0 +1,169 @@
+"""Several Docker hosts for real: the main daemon and a private second one (issue 17).
+
+Placement by load, images shipped to a host that lacks them, a host that dies mid-run
+(its episodes fail as retryable infrastructure, the others take the next ones) and comes
+back (used again), and the lease that lets any machine sweep a dead owner's containers.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rsr_async.config import SandboxConfig
+from rsr_async.errors import InfraError
+from rsr_async.lifeline import guarded_argv
+from rsr_async.sandbox import SandboxPool, sweep
+from rsr_async.sandbox.hosts import open_client
+from rsr_async.sandbox.images import image_id
+from rsr_async.sandbox.pool import LABEL_LEASE, LABEL_RUN
+
+from .conftest import BASE, MAIN_URL, make_task, new_run_id
+from .second_daemon import SecondDaemon
+
+pytestmark = pytest.mark.docker
+
+
+def two_hosts(daemon: SecondDaemon, **fields: object) -> SandboxConfig:
+    return SandboxConfig(docker_urls=(MAIN_URL, daemon.url), starts_per_s=20.0,
+                         api_timeout_s=30.0, host_retry_s=0.2, **fields)  # type: ignore[arg-type]
+
+
+async def labelled(url: str, run_id: str) -> list[dict[str, object]]:
+    docker, connector = open_client(url)
+    try:
+        with anyio.fail_after(30):
+            found = await docker.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={run_id}"]})
+        return [c._container for c in found]
+    finally:
+        await docker.close()
+        await connector.close()
+
+
+async def test_the_shipped_base_image_keeps_its_id(second_daemon: SecondDaemon) -> None:
+    ids = []
+    for url in (MAIN_URL, second_daemon.url):
+        docker, connector = open_client(url)
+        try:
+            ids.append(await image_id(docker, BASE, timeout_s=30))
+        finally:
+            await docker.close()
+            await connector.close()
+    assert ids[0] is not None and ids[0] == ids[1]
+
+
+async def test_episodes_spread_over_both_hosts_by_load(second_daemon: SecondDaemon, tmp_path: Path) -> None:
+    task = make_task()
+    async with SandboxPool(two_hosts(second_daemon), run_id=new_run_id(), run_dir=tmp_path / "run") as pool:
+        async with AsyncExitStack() as stack:
+            boxes = [await stack.enter_async_context(pool.sandbox(task, key=f"e{i}")) for i in range(4)]
+            assert pool.statistics().per_host == {MAIN_URL: 2, second_daemon.url: 2}
+            for box in boxes:
+                result = await box.run("echo $((6 * 7))", time_limit=30)
+                assert result.output.strip() == "42"
+            assert sorted({box.url for box in boxes}) == sorted([MAIN_URL, second_daemon.url])
+        # Each host holds the pool's lease while it runs.
+        leases = [c for c in await labelled(second_daemon.url, pool.run_id)
+                  if (c.get("Labels") or {}).get(LABEL_LEASE) == "holder"]  # type: ignore[union-attr]
+        assert [c["State"] for c in leases] == ["running"]
+    assert await labelled(MAIN_URL, pool.run_id) == []
+    assert await labelled(second_daemon.url, pool.run_id) == []
+
+
+async def test_a_host_that_dies_fails_its_episodes_as_infrastructure_and_is_used_again(
+    second_daemon: SecondDaemon, tmp_path: Path
+) -> None:
+    task = make_task()
+    try:
+        async with SandboxPool(two_hosts(second_daemon), run_id=new_run_id(),
+                               run_dir=tmp_path / "run") as pool:
+            errors: list[InfraError] = []
+            async with pool.sandbox(task, key="main-0") as on_main:
+                try:
+                    async with pool.sandbox(task, key="second-0") as on_second:
+                        assert (on_main.url, on_second.url) == (MAIN_URL, second_daemon.url)
+                        assert (await on_second.run("echo up", time_limit=30)).output.strip() == "up"
+                        second_daemon.kill()  # mid-episode
+                        await on_second.run("echo still there?", time_limit=30)
+                except InfraError as exc:
+                    errors.append(exc)
+                [error] = errors
+                assert error.retryable, error
+                assert pool.statistics().hosts_down == (second_daemon.url,)
+                # Down: the next episodes go to the main host, though it is busier.
+                async with pool.sandbox(task, key="retry-0") as retried:
+                    assert retried.url == MAIN_URL
+                    assert (await retried.run("echo retried", time_limit=30)).output.strip() == "retried"
+                second_daemon.start()  # back (same data root; returns once /_ping answers)
+                async with pool.sandbox(task, key="after-0") as after:
+                    assert after.url == second_daemon.url
+                    assert (await after.run("echo back", time_limit=30)).output.strip() == "back"
+                assert pool.statistics().hosts_down == ()
+        assert await labelled(MAIN_URL, pool.run_id) == []
+        assert await labelled(second_daemon.url, pool.run_id) == []
+    finally:
+        if not second_daemon.running():
+            second_daemon.start()
+
+
+CHILD = """
+import sys, anyio
+from rsr_async.config import SandboxConfig
+from rsr_async.sandbox import pool as pool_module
+from rsr_async.sandbox import SandboxPool
+from rsr_async.schema import Task
+# As if on another machine: no /proc proof, and no run directory to lock.
+pool_module._host_id = lambda: "elsewhere/00000000"
+
+async def main() -> None:
+    config = SandboxConfig(docker_urls=(sys.argv[1], sys.argv[2]), api_timeout_s=30.0)
+    task = Task(name="leased", path="/", instruction="-", docker_image=sys.argv[4])
+    async with SandboxPool(config, run_id=sys.argv[3]) as pool:
+        async with pool.sandbox(task, key="a"), pool.sandbox(task, key="b"):
+            print("ready", flush=True)
+            await anyio.sleep_forever()
+
+anyio.run(main)
+"""
+
+
+async def test_a_dead_remote_owners_containers_are_swept_by_its_ended_lease(
+    second_daemon: SecondDaemon,
+) -> None:
+    run_id = new_run_id()
+    argv = guarded_argv([sys.executable, "-c", CHILD, MAIN_URL, second_daemon.url, run_id, BASE])
+    async with await anyio.open_process(argv) as child:
+        assert child.stdout is not None
+        with anyio.fail_after(120):
+            line = b""
+            async for chunk in child.stdout:
+                line += chunk
+                if b"ready" in line:
+                    break
+        assert b"ready" in line
+        # Alive: nothing of it is removable, though its pid cannot be looked up here.
+        kept = await sweep([second_daemon.url], dry_run=True, timeout_s=30)
+        mine = [item for item in kept if item.run == run_id]
+        assert len(mine) == 2 and "lease" in {item.episode for item in mine}, mine
+        assert not any(item.removable for item in mine)
+        child.kill()
+        await child.wait()
+    # Its lease containers end with its connections; wait on their own state (a listing
+    # right after the kill may race Docker closing their stdin).
+    for url in (MAIN_URL, second_daemon.url):
+        docker, connector = open_client(url)
+        try:
+            [lease] = [c for c in await labelled(url, run_id)
+                       if (c.get("Labels") or {}).get(LABEL_LEASE) == "holder"]  # type: ignore[union-attr]
+            with anyio.fail_after(30):
+                await docker.containers.container(str(lease["Id"])).wait()
+        finally:
+            await docker.close()
+            await connector.close()
+        swept = [item for item in await sweep([url], timeout_s=30) if item.run == run_id]
+        assert len(swept) == 2 and all(item.removed for item in swept), swept
+        assert await labelled(url, run_id) == []

@@ -20,9 +20,6 @@ on the generated episodes 20x the pure twin and faster than regex + set), naming
 from __future__ import annotations
 
 import random
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import _common
@@ -47,15 +44,6 @@ FALSE_ALARM_CEILING = 0.15
 VS_PURE_FLOOR = 20.0
 """The compiled scan (both passes) against its pure twin, on the generated episodes."""
 VS_REGEX_SET_FLOOR = 1.0
-
-
-def _cpu(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
 
 
 def _corpus_io(case: LeakCase) -> tuple[str, list[str], list[str]]:
@@ -88,9 +76,9 @@ def _speed(name: str, io: list[tuple[str, list[str], list[str]]], sandboxes: lis
 
     found = native()
     assert found == pure() == baseline(), f"{name}: the three scanners disagree"
-    native_s = _cpu(native, max(repeat, 5))
-    pure_s = _cpu(pure, max(1, min(repeat, 3)))
-    baseline_s = _cpu(baseline, max(1, min(repeat, 3)))
+    native_s = _common.median_cpu(native, max(repeat, 5))
+    pure_s = _common.median_cpu(pure, max(1, min(repeat, 3)))
+    baseline_s = _common.median_cpu(baseline, max(1, min(repeat, 3)))
     return {"workload": name, "episodes": len(io), "flags": sum(map(len, found)),
             "native_s": native_s, "pure_s": pure_s, "regex_set_s": baseline_s,
             "vs_pure": pure_s / native_s, "vs_regex_set": baseline_s / native_s}

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -248,22 +246,11 @@ def _ahocorasick_leaks(instruction: str, actions: list[str], context: list[str])
     return leaks
 
 
-def _median_cpu(fn: Callable[[], object], repeat: int) -> float:
-    """Median process CPU time of ``repeat`` calls: steadier than wall time on a shared
-    machine, and the same thing for single-threaded code."""
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
-
-
 def _warm(native: Callable[[], object], pure: Callable[[], object], repeat: int) -> dict[str, float]:
     """One episode, over and over: its text stays in cache, as right after it is decoded.
     The sweep over every episode streams megabytes through a shared cache instead."""
-    native_s = _median_cpu(native, max(repeat, 9))
-    pure_s = _median_cpu(pure, max(repeat, 3))
+    native_s = _common.median_cpu(native, max(repeat, 9))
+    pure_s = _common.median_cpu(pure, max(repeat, 3))
     return {"native_s": native_s, "pure_s": pure_s, "speedup": pure_s / native_s}
 
 
@@ -276,8 +263,8 @@ def _measure(
     pure_repeat: int,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    native_s = _median_cpu(native, repeat)
-    pure_s = _median_cpu(pure, pure_repeat)
+    native_s = _common.median_cpu(native, repeat)
+    pure_s = _common.median_cpu(pure, pure_repeat)
     row: dict[str, Any] = {
         "function": name,
         "native_s": native_s,
@@ -289,7 +276,7 @@ def _measure(
     }
     if baseline is not None:
         label, fn = baseline
-        baseline_s = _median_cpu(fn, repeat)
+        baseline_s = _common.median_cpu(fn, repeat)
         row.update(baseline=label, baseline_s=baseline_s, vs_baseline=baseline_s / native_s)
     row.update(extra or {})
     return row
@@ -375,7 +362,7 @@ def main(argv: list[str]) -> int:
     native_leaks = run_native_leaks()
     assert native_leaks == run_pure_leaks()
     assert native_leaks == [regex_set_leaks(i, a, c) for i, a, c in io]
-    aho_s = _median_cpu(lambda: [_ahocorasick_leaks(i, a, c) for i, a, c in io], repeat)
+    aho_s = _common.median_cpu(lambda: [_ahocorasick_leaks(i, a, c) for i, a, c in io], repeat)
     row = _measure(
         "scan_leaks",
         run_native_leaks,

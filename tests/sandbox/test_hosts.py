@@ -8,19 +8,27 @@ back (used again), and the lease that lets any machine sweep a dead owner's cont
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from rsr_async.config import SandboxConfig
+from rsr_async.config import Config, EngineConfig, RunConfig, SandboxConfig
+from rsr_async.engine import Engine, Job
 from rsr_async.errors import InfraError
+from rsr_async.harness.fakes import ReplayModel
 from rsr_async.lifeline import guarded_argv
+from rsr_async.llm.base import ChatMessage, Completion
+from rsr_async.rsr.episode import EpisodeRunner
 from rsr_async.sandbox import SandboxPool, sweep
 from rsr_async.sandbox.hosts import open_client
 from rsr_async.sandbox.images import image_id
 from rsr_async.sandbox.pool import LABEL_LEASE, LABEL_RUN
+from rsr_async.schema import EpisodeSpec, JobKey
+from tests.rsr.test_reliability_outcomes import act, file_task
 
 from .conftest import BASE, MAIN_URL, make_task, new_run_id
 from .second_daemon import SecondDaemon
@@ -167,3 +175,51 @@ async def test_a_dead_remote_owners_containers_are_swept_by_its_ended_lease(
         swept = [item for item in await sweep([url], timeout_s=30) if item.run == run_id]
         assert len(swept) == 2 and all(item.removed for item in swept), swept
         assert await labelled(url, run_id) == []
+
+
+# -- through the episode runner and the engine: a dead host is never the model's failure ---
+
+class KillsTheSecondHost(ReplayModel):
+    """Replays, and before its second answer SIGKILLs the second daemon (the episode's
+    host): synchronised on the model call, so the host dies between two agent steps."""
+
+    def __init__(self, replies: list[str], daemon: SecondDaemon) -> None:
+        super().__init__(replies, model_name="bystander")
+        self._daemon = daemon
+
+    async def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Completion:
+        if len(self.calls) == 1:
+            await anyio.to_thread.run_sync(self._daemon.kill)
+        return await super().chat(messages, **kwargs)
+
+
+async def test_an_episode_whose_host_dies_is_retried_on_the_other_host_not_graded(
+    second_daemon: SecondDaemon, tmp_path: Path
+) -> None:
+    task = file_task(tmp_path / "task")
+    spec = EpisodeSpec(key=JobKey(stage="discover", task=task.name, harness="terminus2"), task=task,
+                       deadline_s=120)
+    model = KillsTheSecondHost([act("echo hello > /tmp/out.txt\n"), act("true\n"),
+                                act("echo hello > /tmp/out.txt\n"), act(done=True), act(done=True)],
+                               second_daemon)
+    config = Config(run=RunConfig(concurrency=1),
+                    engine=EngineConfig(progress="none", infra_retries=2, retry_backoff_s=0.01,
+                                        store_batch_ms=10.0))
+    try:
+        async with SandboxPool(two_hosts(second_daemon), run_id=new_run_id(),
+                               run_dir=tmp_path / "run") as pool:
+            # One sandbox held on the main host: by load, the episode starts on the second.
+            async with pool.sandbox(make_task(), key="occupy") as held:
+                assert held.url == MAIN_URL
+                runner = EpisodeRunner(pool=pool, model=model, harness=config.harness, scripted=True)
+                async with Engine(config, runner=runner, run_dir=tmp_path / "run") as engine:
+                    [_ for _ in [r async for r in engine.run([Job.episode(spec)], stage="discover")]]
+                    [stored] = list(engine.store.results(stage="discover"))
+                    [row] = engine.store.rows(stage="discover")
+            assert second_daemon.url in pool.statistics().hosts_down
+        assert row.tries == 2, (stored.status, stored.end_reason, stored.error)  # retried, not graded
+        assert stored.status == "succeeded", (stored.end_reason, stored.error)
+        assert await labelled(MAIN_URL, pool.run_id) == []
+    finally:
+        if not second_daemon.running():
+            second_daemon.start()

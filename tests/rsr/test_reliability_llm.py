@@ -123,7 +123,8 @@ async def test_one_server_that_blinks_decides_the_calls_not_the_breaker() -> Non
     await site.start()
     try:
         url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        config = load_config(overrides=[f'llm.urls=["{url}"]'])
+        # This stand-in serves /generate and /health only: it reports no context window.
+        config = load_config(overrides=[f'llm.urls=["{url}"]', "llm.context_length=32768"])
         replies: list[str] = []
         async with ModelRouter(config.llm) as model:
             async def call(i: int) -> None:

@@ -66,9 +66,12 @@ async def test_background_reward_writers_cannot_turn_a_failure_into_a_pass(
             await sandbox.run("rm -f /logs/verifier/reward.txt; until [ -s /logs/verifier/reward.txt ]; "
                               "do sleep 0.01; done; echo extra > /logs/verifier/notes", time_limit=20)
             # Control: the same tests run without the kill, and the attack wins.
-            control = await sandbox.run("bash /tmp/control/test.sh; cat /logs/verifier/reward.txt",
-                                        time_limit=20)
-            assert control.output.strip().endswith("1"), (attack, control.output)
+            # Synchronised on the loop's next whole write after the test's 0 (a bare `cat` can
+            # land between its truncate and its write, and read nothing); no win in 20 s: fails.
+            control = await sandbox.run(
+                "bash /tmp/control/test.sh; until grep -qx 1 /logs/verifier/reward.txt; "
+                "do sleep 0.01; done; cat /logs/verifier/reward.txt", time_limit=20)
+            assert not control.timed_out and control.output.strip().endswith("1"), (attack, control.output)
 
             result = await verify(sandbox, task)
             assert result.reward == 0.0 and not result.passed, (attack, result.output)

@@ -620,9 +620,9 @@ def _foreign(db: Path) -> None:
 
 DEFERRED: dict[str, str] = {
     "docker_host_unreachable": (
-        "placing episodes around a Docker host that is down is the scale-out issue's (17): "
-        "today a run whose sandbox.docker_urls names an unreachable daemon stops before "
-        "starting anything, with one line naming the URL (run it with --only to see)"),
+        "the pool places episodes around a host that goes down mid-run (issue 17), but a "
+        "run whose sandbox.docker_urls names a daemon unreachable from the start still "
+        "stops at its image check, with one line naming the URL (run it with --only to see)"),
 }
 """Faults in the matrix that wait for another issue: not run unless named in --only."""
 

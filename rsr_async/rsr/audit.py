@@ -14,7 +14,7 @@ as leaked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._native import LeakScanner, SandboxKnowledge, compress_trajectory
@@ -28,7 +28,8 @@ __all__ = ["auditor_messages", "flag_values", "parse_audit"]
 
 
 def flag_values(
-    trajectory: Trajectory, *, instruction: str, sandbox: SandboxKnowledge | None = None
+    trajectory: Trajectory, *, instruction: str, sandbox: SandboxKnowledge | None = None,
+    scanner_class: Callable[..., Any] = LeakScanner,
 ) -> list[Leak]:
     """Values in the model's actions that nothing public had shown it before that turn.
 
@@ -36,8 +37,9 @@ def flag_values(
     turn, ``position`` its index in the turn's keystrokes joined by newlines), with the
     rule that flagged it and why (``Leak.rule``, ``Leak.why``). ``sandbox``: names that
     exist in the task's sandbox (default: the base image's, ``SandboxKnowledge.standard``).
+    ``scanner_class``: the compiled scanner, or its pure twin (the leak bench runs both).
     """
-    scanner = LeakScanner(instruction, sandbox=sandbox)
+    scanner = scanner_class(instruction, sandbox=sandbox)
     flagged: list[Leak] = []
     for message in trajectory.messages:
         if message.origin in ("task", "env"):

@@ -23,7 +23,7 @@ from .._native import LeakScanner, SandboxKnowledge
 from ..errors import RsrError
 from ..llm.scripted import ScriptedModel
 from ..schema import Leak, Trajectory
-from .audit import auditor_messages, parse_audit
+from .audit import auditor_messages, flag_values, parse_audit
 
 __all__ = ["CORPUS", "LeakCase", "load_corpus", "scan_case", "scanner_figures", "verify_figures"]
 
@@ -66,16 +66,9 @@ def load_corpus(path: Path = CORPUS) -> list[LeakCase]:
 
 
 def scan_case(case: LeakCase, scanner: Callable[..., Any] = LeakScanner) -> list[Leak]:
-    """The scanner's flags on one case (what ``flag_values`` gives), with the case's image."""
-    scan = scanner(case.instruction, sandbox=case.sandbox())
-    flagged: list[Leak] = []
-    for message in case.trajectory.messages:
-        if message.origin in ("task", "env"):
-            scan.observe(message.content)
-        elif message.origin == "model" and message.commands:
-            action = "\n".join(command.keystrokes for command in message.commands)
-            flagged.extend(scan.scan(action, message.turn))
-    return flagged
+    """The scanner's flags on one case (what the verify stage sees), with the case's image."""
+    return flag_values(case.trajectory, instruction=case.instruction, sandbox=case.sandbox(),
+                       scanner_class=scanner)
 
 
 def _rates(cases: Sequence[LeakCase], caught: Sequence[bool], alarmed: Sequence[bool]

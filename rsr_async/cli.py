@@ -131,21 +131,18 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     command = COMMANDS[name]
     assert command.module is not None, name
     module = importlib.import_module(command.module)
-    epilog = ""
-    if command.examples:
-        epilog = "examples:\n" + "\n".join(f"  python -m rsr_async {e}" for e in command.examples)
-        if "--config" in " ".join(command.examples) or name in _READS_CONFIG:
-            epilog += "\n\n--config and --set may come anywhere, before or after a sub-command."
     parser = argparse.ArgumentParser(
-        prog=f"python -m rsr_async {name}", description=command.help, epilog=epilog,
+        prog=f"python -m rsr_async {name}", description=command.help,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(command=name)  # one module may serve several commands
     module.configure(parser)
+    if command.examples:
+        parser.epilog = "examples:\n" + "\n".join(f"  python -m rsr_async {e}" for e in command.examples)
+        if "--config" in parser._option_string_actions:  # the flags _hoist_config_flags moves
+            parser.epilog += "\n\n--config and --set may come anywhere, before or after a sub-command."
     return parser
 
-
-_READS_CONFIG = frozenset({"run", "tasks", "images", "sandbox", "sim-server", "rewrite", "verify", "export", "eval"})
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

@@ -34,7 +34,7 @@ import anyio
 
 from ..config import Config
 from .dispatch import Dispatcher, DispatchStats, Remote
-from .worker import InProcessRemote, RemoteRunner, trivial_runner
+from .worker import InProcessRemote, RemoteRunner, sleeping_runner, trivial_runner
 
 if TYPE_CHECKING:
     from ..rsr.runtime import EpisodeRuntime
@@ -46,6 +46,7 @@ __all__ = [
     "Remote",
     "RemoteRunner",
     "cluster_runtime",
+    "sleeping_runner",
     "trivial_runner",
 ]
 

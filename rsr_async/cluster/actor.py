@@ -29,7 +29,7 @@ import msgspec
 
 from ..config import Config
 from ..errors import HarnessError, RsrError
-from .worker import RemoteRunner, trivial_runner
+from .worker import RemoteRunner, sleeping_runner
 
 __all__ = ["EpisodeActor", "actor_run_id"]
 
@@ -44,8 +44,8 @@ def actor_run_id(run_id: str, index: int) -> str:
 class EpisodeActor:
     """Opens a node's runtime in :meth:`start` and serves head calls until :meth:`stop`.
 
-    ``mode="trivial"`` runs every job with :func:`~.worker.trivial_runner` and opens no
-    runtime: what ``bench scale`` measures dispatch with.
+    ``mode="trivial"`` runs every job with :func:`~.worker.sleeping_runner` (after
+    ``trivial_latency_s``) and opens no runtime: what ``bench scale`` measures with.
     """
 
     def __init__(
@@ -56,12 +56,14 @@ class EpisodeActor:
         run_id: str,
         tasks_dir: str | None = None,
         mode: Literal["episodes", "trivial"] = "episodes",
+        trivial_latency_s: float = 0.0,
     ) -> None:
         self._config = msgspec.json.decode(config, type=Config)
         self._index = index
         self._run_id = actor_run_id(run_id, index)
         self._tasks_dir = Path(tasks_dir) if tasks_dir else None
         self._mode = mode
+        self._trivial_latency_s = trivial_latency_s
         self._runner: RemoteRunner | None = None
         self._pool: Any = None
         self._started = asyncio.Event()
@@ -88,7 +90,7 @@ class EpisodeActor:
         try:
             async with AsyncExitStack() as stack:
                 if self._mode == "trivial":
-                    runners: dict[str, Any] = {"*": trivial_runner}
+                    runners: dict[str, Any] = {"*": sleeping_runner(self._trivial_latency_s)}
                 else:
                     from ..rsr.runtime import (
                         episode_runtime,  # the pipeline, only on nodes that run it

@@ -146,6 +146,11 @@ class Dispatcher:
         self._tg: anyio.abc.TaskGroup | None = None
 
     @property
+    def remotes(self) -> list[Remote]:
+        """The remotes it was given, lost ones included."""
+        return [link.remote for link in self._links]
+
+    @property
     def capacity(self) -> int:
         """Attempts the live remotes run at once, all together."""
         return sum(link.remote.capacity for link in self._links if link.alive)

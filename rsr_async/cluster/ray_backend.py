@@ -57,11 +57,9 @@ async def open_ray(address: str, *, namespace: str = "rsr_async") -> AsyncIterat
         return
 
     def connect() -> None:
-        options: dict[str, Any] = {"namespace": namespace, "log_to_driver": False}
-        if address == "local":
+        options: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "address": address}
+        if address == "local":  # a new instance, even where RAY_ADDRESS names another
             options.update(include_dashboard=False, object_store_memory=128 * 2**20)
-        else:
-            options["address"] = address
         try:
             ray.init(**options)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -79,8 +77,10 @@ class RayRemote:
     """One episode actor as the dispatcher's :class:`~.dispatch.Remote`."""
 
     def __init__(self, ray: Any, actor: Any, *, name: str, capacity: int, run_id: str,
-                 call_timeout_s: float) -> None:
+                 call_timeout_s: float, node_id: str = "") -> None:
         self._ray = ray
+        self.node_id = node_id
+        """The Ray node it is pinned to."""
         self.actor = actor
         self.name = name
         self.capacity = capacity
@@ -122,18 +122,31 @@ class RayFleet:
     """Containers of lost actors removed by the survivors so far."""
     on_notice: Callable[[str], None] | None = None
 
+    lost: list[RayRemote] = field(default_factory=list)
+
     async def on_lost(self, name: str, exc: BaseException) -> None:
         lost = next(r for r in self.remotes if r.name == name)
+        self.lost.append(lost)
         message = f"warning: lost {name} (node {self.nodes.get(name, '?')[:12]}): {exc}; its attempts are retried"
         _log.warning(message)
         if self.on_notice is not None:
             self.on_notice(message)
         await anyio.to_thread.run_sync(lambda: self.ray.kill(lost.actor, no_restart=True))
+        await self.sweep_lost()
+
+    async def sweep_lost(self) -> None:
+        """Have every surviving actor remove the lost actors' containers on its hosts.
+
+        Called at each loss and again when the run ends: an actor on a node being torn
+        down can still finish a container create after the first sweep."""
+        run_ids = [r.run_id for r in self.lost]
+        if not run_ids:
+            return
         for remote in self.remotes:
-            if remote is lost:
+            if remote in self.lost:
                 continue
             try:
-                self.swept += await remote._call("sweep", remote.actor.sweep, [lost.run_id])
+                self.swept += await remote._call("sweep", remote.actor.sweep, run_ids)
             except RunnerLostError:
                 continue  # its own collector will find out
 
@@ -145,6 +158,7 @@ async def ray_remotes(
     run_id: str,
     tasks_dir: str | None = None,
     mode: Literal["episodes", "trivial"] = "episodes",
+    trivial_latency_s: float = 0.0,
     on_notice: Callable[[str], None] | None = None,
 ) -> AsyncIterator[RayFleet]:
     """Start the episode actors on the connected cluster; stop them on exit."""
@@ -173,7 +187,8 @@ async def ray_remotes(
             num_cpus=cluster.actor_cpus,
             max_concurrency=64,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-        ).remote(encoded, index=index, run_id=run_id, tasks_dir=tasks_dir, mode=mode)
+        ).remote(encoded, index=index, run_id=run_id, tasks_dir=tasks_dir, mode=mode,
+                 trivial_latency_s=trivial_latency_s)
         started.append((actor, f"actor-{index}", node_id))
     fleet = RayFleet(ray=ray, remotes=[], on_notice=on_notice)
     try:
@@ -192,7 +207,7 @@ async def ray_remotes(
                 return
             fleet.remotes.append(RayRemote(
                 ray, actor, name=name, capacity=capacity, run_id=actor_run_id(run_id, index),
-                call_timeout_s=cluster.call_timeout_s,
+                call_timeout_s=cluster.call_timeout_s, node_id=node_id,
             ))
             fleet.nodes[name] = node_id
 
@@ -210,6 +225,7 @@ async def ray_remotes(
         yield fleet
     finally:
         with anyio.CancelScope(shield=True):
+            await fleet.sweep_lost()
             async with anyio.create_task_group() as tg:
                 for actor, _, _ in started:
                     tg.start_soon(_stop, ray, actor, cluster.call_timeout_s)

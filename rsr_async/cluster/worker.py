@@ -38,7 +38,7 @@ from .wire import (
     encode_poll,
 )
 
-__all__ = ["BACKSTOP_S", "InProcessRemote", "RemoteRunner", "trivial_runner"]
+__all__ = ["BACKSTOP_S", "InProcessRemote", "RemoteRunner", "sleeping_runner", "trivial_runner"]
 
 BACKSTOP_S = 30.0
 """How long past the head's deadline an attempt may still run here: the head cancels
@@ -193,6 +193,19 @@ async def trivial_runner(job: Job, ctx: JobContext) -> JobResult:
     capacity with (the cost of handing out and storing a job, nothing else)."""
     ctx.step()
     return job.spec.result_type(key=job.key, status="succeeded")
+
+
+def sleeping_runner(latency_s: float) -> JobRunner:
+    """:func:`trivial_runner` after ``latency_s`` of waiting: a stand-in episode of known
+    length, to measure what a remote hop adds per episode."""
+    if latency_s <= 0:
+        return trivial_runner
+
+    async def run(job: Job, ctx: JobContext) -> JobResult:
+        await anyio.sleep(latency_s)
+        return await trivial_runner(job, ctx)
+
+    return run
 
 
 class InProcessRemote:

@@ -17,6 +17,7 @@ from rsr_async.engine import Engine, Job
 from rsr_async.engine.fakes import FakeRunner, make_jobs
 from rsr_async.errors import RunnerLostError
 from rsr_async.schema import EpisodeResult, EpisodeSpec, JobKey, Task
+from tests.cluster.conftest import wait_until
 
 
 def config(concurrency: int, **engine: object) -> Config:
@@ -153,8 +154,7 @@ async def test_a_lost_remote_s_attempts_are_retried_on_the_others_and_stored_onc
         await tg.start(dispatcher.serve)
 
         async def lose_when_busy() -> None:
-            while dispatcher.in_flight_on("remote-1") < 30 or not fakes[1].finished:
-                await anyio.sleep(0.01)
+            await wait_until(lambda: dispatcher.in_flight_on("remote-1") >= 30 and bool(fakes[1].finished))
             made[1].lose()
 
         async with Engine(config(120, infra_retries=2), runner=dispatcher, run_dir=tmp_path) as engine:

@@ -29,6 +29,7 @@ from .errors import ConfigError
 __all__ = [
     "CONFIG_DIR",
     "add_config_arguments",
+    "ClusterConfig",
     "Config",
     "EngineConfig",
     "HarnessConfig",
@@ -325,6 +326,30 @@ class SimConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Seed for fault injection and the scripted model."""
 
 
+class ClusterConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Running episodes on many machines through Ray (``run --ray ADDRESS``)."""
+
+    section: ClassVar[str] = "cluster"
+
+    ray_address: str = ""
+    """Ray cluster to run episodes on: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``;
+    ``local`` starts a private Ray instance on this machine; empty: no Ray."""
+    actors_per_node: AtLeastOne = 1
+    """Episode actors started on each Ray node that offers CPUs."""
+    actor_cpus: NonNegative = 1.0
+    """CPUs each episode actor reserves from Ray (its node's event loop)."""
+    batch_max: AtLeastOne = 256
+    """Most job attempts sent to an actor in one call."""
+    batch_window_ms: NonNegative = 5.0
+    """How long a job waits for others to share its call to an actor."""
+    poll_wait_s: Positive = 1.0
+    """How long one collecting call waits on an actor for a finished job."""
+    call_timeout_s: Positive = 60.0
+    """Deadline of one control call to an actor (past ``poll_wait_s`` for a poll)."""
+    start_timeout_s: Positive = 900.0
+    """Deadline for an actor to open its runtime (a fresh node bootstraps the base image)."""
+
+
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Every setting of the engine, one section per room."""
 
@@ -335,6 +360,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     engine: EngineConfig = EngineConfig()
     rsr: RsrConfig = RsrConfig()
     sim: SimConfig = SimConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain builtins, e.g. to store with a run and compare on resume."""

@@ -23,6 +23,7 @@ RsrError                       every error this package raises on purpose
     │   ├── ContainerError           create/start/remove failed, OOM-killed, died
     │   └── ShellClosedError         the episode's shell exited
     ├── VerifierError          tests ran but produced no usable reward
+    ├── RunnerLostError        a remote runner (a Ray actor) or its node was lost
     └── LLMError               the model server
         ├── LLMConnectionError       connect/read failures, dropped connections
         ├── LLMTimeoutError          a deadline passed
@@ -64,6 +65,7 @@ __all__ = [
     "NotImplementedYetError",
     "ReplyFormatError",
     "RsrError",
+    "RunnerLostError",
     "SandboxError",
     "ShellClosedError",
     "StoreCorruptError",
@@ -180,6 +182,11 @@ class VerifierError(InfraError):
     """The verifier ran but produced no usable reward (missing, empty, unparseable)."""
 
     retryable = False
+
+
+class RunnerLostError(InfraError):
+    """A remote runner (a Ray actor, see :mod:`rsr_async.cluster`) or its node was lost,
+    or stopped answering, with the attempt on it; the engine retries it elsewhere."""
 
 
 class LLMError(InfraError):

@@ -92,6 +92,7 @@ STATUSES: Final = ("pending", "running", "succeeded", "failed", "infra_error", "
 OPERATIONAL_KEYS: Final = frozenset(
     {
         "engine",
+        "cluster",
         "run.run_dir",
         "run.concurrency",
         "run.model_concurrency",

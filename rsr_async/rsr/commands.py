@@ -55,6 +55,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--progress", choices=["auto", "rich", "plain", "none"],
                         help="live display (engine.progress)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="run episodes on Ray actors, one per node: auto, HOST:PORT, ray://HOST:PORT, "
+                             "or local (cluster.ray_address; needs the [ray] extra)")
     add_stage_arguments(parser)
     parser.add_argument("--stages", metavar="LIST",
                         help="comma-separated stages: discover,rewrite,verify,export (run.stages)")
@@ -68,7 +71,7 @@ def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
-    values: dict[str, dict[str, Any]] = {"run": {}, "llm": {}, "engine": {}}
+    values: dict[str, dict[str, Any]] = {"run": {}, "llm": {}, "engine": {}, "cluster": {}}
     if args.concurrency is not None:
         values["run"]["concurrency"] = args.concurrency
     if args.attempts is not None:
@@ -85,6 +88,8 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
         values["engine"]["progress"] = args.progress
     if args.metrics_port is not None:
         values["engine"]["metrics_port"] = args.metrics_port
+    if args.ray:
+        values["cluster"]["ray_address"] = args.ray
     if args.stages:
         values["run"]["stages"] = [s.strip() for s in args.stages.split(",") if s.strip()]
     return {k: v for k, v in values.items() if v}
@@ -104,7 +109,11 @@ async def prewarm_until_interrupted(
     runtime: EpisodeRuntime, wave: list[Job], signals: SignalState
 ) -> None:
     """Prewarm, but stop at the first Ctrl-C (the engine has nothing to drain yet).
-    ``run`` and ``eval`` call it before their first wave of episodes."""
+    ``run`` and ``eval`` call it before their first wave of episodes. A Ray run's head
+    has no pool (its sandboxes start on the actors, as episodes reach them): nothing."""
+    if runtime.pool is None:
+        return
+    pool = runtime.pool
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
@@ -112,7 +121,7 @@ async def prewarm_until_interrupted(
             tg.cancel_scope.cancel()
 
         tg.start_soon(stop_on_signal)
-        await prewarm_wave(runtime.pool, wave)
+        await prewarm_wave(pool, wave)
         tg.cancel_scope.cancel()
 
 
@@ -203,7 +212,7 @@ async def _run(
         jobs = list(discover_jobs(tasks, config))
         done_here = 0
         async with shutdown_on_signals(engine) as signals:
-            if config.run.prewarm and "discover" in stages:
+            if config.run.prewarm and "discover" in stages and runtime.pool is not None:
                 statuses = engine.store.statuses(str(job.key) for job in jobs)
                 todo = [j for j in jobs if statuses.get(str(j.key)) not in FINISHED]
                 wave = todo[: config.run.concurrency]
@@ -225,7 +234,7 @@ async def _run(
             attempts=config.run.attempts,
             wall_s=time.monotonic() - started,
             episodes_this_run=done_here,
-            peak_sandboxes=runtime.pool.statistics().peak_live,
+            peak_sandboxes=runtime.peak_live(),
         )
         if figures is not None:
             summary = msgspec.structs.replace(summary, pipeline=figures)

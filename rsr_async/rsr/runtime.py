@@ -46,6 +46,7 @@ __all__ = [
     "check_model_identity",
     "episode_runtime",
     "model_identity",
+    "model_side",
     "open_pipeline",
     "prewarm_wave",
     "run_id_for",
@@ -53,17 +54,28 @@ __all__ = [
 
 
 class EpisodeRuntime(msgspec.Struct, frozen=True, kw_only=True):
-    """What :func:`episode_runtime` yields."""
+    """What :func:`episode_runtime` yields (and, for a Ray run, the head's runtime from
+    :func:`rsr_async.cluster.cluster_runtime`, whose episodes run on Ray actors)."""
 
-    runner: EpisodeRunner
+    runner: JobRunner
+    """The episode runner: an :class:`EpisodeRunner`, or a Ray run's dispatcher."""
     runners: dict[str, JobRunner]
     """One runner per job kind: ``episode``, ``plan``, ``critique``, ``audit``."""
     model: ModelRouter
-    pool: SandboxPool
+    pool: SandboxPool | None
+    """This process's sandbox pool; None on a Ray run's head (the actors own them)."""
     scripted: bool
     """True when the answers come from the scripted stand-in (a test double)."""
     gauges: dict[str, Callable[[], float]]
     """Live numbers for the engine's display: sandboxes alive, cached share."""
+    peak_sandboxes: Callable[[], int] | None = None
+    """The most sandboxes alive at once so far (default: the pool's)."""
+
+    def peak_live(self) -> int:
+        """The most sandboxes alive at once so far."""
+        if self.peak_sandboxes is not None:
+            return self.peak_sandboxes()
+        return self.pool.statistics().peak_live if self.pool is not None else 0
 
 
 _log = logging.getLogger(__name__)
@@ -76,24 +88,17 @@ def run_id_for(run_dir: Path) -> str:
 
 
 @asynccontextmanager
-async def episode_runtime(
+async def model_side(
     config: Config,
     *,
-    run_dir: Path,
     tasks_dir: Path | None = None,
     sim_servers: int = 1,
     on_notice: Callable[[str], None] | None = None,
-) -> AsyncIterator[EpisodeRuntime]:
-    """Open the model and sandbox sides for ``config``; close both on exit.
-
-    ``tasks_dir`` tells embedded simulators where the tasks' reference solutions are
-    (the scripted stand-in types them). ``on_notice`` receives the line saying that the
-    scripted stand-in is in use, and the warning naming servers down at the start.
-
-    Every model server is probed (``/health``, ``llm.probe_timeout_s``) before the base
-    image or any sandbox: all down raises :class:`~rsr_async.errors.LLMConnectionError`
-    naming the URLs; some down warns and the run goes on with the others.
-    """
+) -> AsyncIterator[tuple[ModelRouter, bool]]:
+    """Open the model side alone: ``(router, scripted)``. The configured servers, or
+    embedded simulators with the scripted stand-in when none is configured; every
+    server is probed (``/health``, ``llm.probe_timeout_s``): all down raises
+    :class:`~rsr_async.errors.LLMConnectionError` naming the URLs, some down warns."""
     scripted = not config.llm.urls
     async with AsyncExitStack() as stack:
         urls = list(config.llm.urls)
@@ -121,12 +126,38 @@ async def episode_runtime(
             _log.warning(message)
             if on_notice is not None:
                 on_notice(message)
+        # A separately started simulator names its model; it is still a test double.
+        yield model, scripted or "scripted" in model.model_name
+
+
+@asynccontextmanager
+async def episode_runtime(
+    config: Config,
+    *,
+    run_dir: Path,
+    tasks_dir: Path | None = None,
+    sim_servers: int = 1,
+    on_notice: Callable[[str], None] | None = None,
+    run_id: str | None = None,
+) -> AsyncIterator[EpisodeRuntime]:
+    """Open the model and sandbox sides for ``config``; close both on exit.
+
+    ``tasks_dir`` tells embedded simulators where the tasks' reference solutions are
+    (the scripted stand-in types them). ``on_notice`` receives the line saying that the
+    scripted stand-in is in use, and the warning naming servers down at the start.
+    ``run_id`` labels the pool's containers (default: :func:`run_id_for` ``run_dir``).
+
+    The model side (:func:`model_side`) is opened and probed before the base image or
+    any sandbox.
+    """
+    async with AsyncExitStack() as stack:
+        model, scripted = await stack.enter_async_context(
+            model_side(config, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=on_notice)
+        )
         await bootstrap_base_image(config.sandbox)  # idempotent: skips when the image exists
         pool = await stack.enter_async_context(
-            SandboxPool(config.sandbox, run_id=run_id_for(run_dir), run_dir=run_dir)
+            SandboxPool(config.sandbox, run_id=run_id or run_id_for(run_dir), run_dir=run_dir)
         )
-        # A separately started simulator names its model; it is still a test double.
-        scripted = scripted or "scripted" in model.model_name
         episodes = EpisodeRunner(
             pool=pool,
             model=model,
@@ -243,10 +274,18 @@ async def open_pipeline(
     results in one run directory unless ``force``.
     """
     run_dir = Path(run_dir)
-    async with (
-        episode_runtime(
+    if config.cluster.ray_address:
+        from ..cluster import cluster_runtime  # Ray only when a run asks for it
+
+        opened = cluster_runtime(
             config, run_dir=run_dir, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=on_notice
-        ) as runtime,
+        )
+    else:
+        opened = episode_runtime(
+            config, run_dir=run_dir, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=on_notice
+        )
+    async with (
+        opened as runtime,
         Engine(
             config,
             runner=runtime.runners,

@@ -1,0 +1,165 @@
+"""The body of a Ray episode actor: one node's runtime behind a :class:`.RemoteRunner`.
+
+This module does not import Ray; :mod:`.ray_backend` wraps :class:`EpisodeActor` with
+``ray.remote`` when a run asks for Ray. Each actor owns what its node has: the node's
+Docker host(s) (``sandbox.docker_urls`` as the node sees them, by default its own
+socket) and its share of the model servers, and opens them exactly as a one-machine
+run does (:func:`~rsr_async.rsr.runtime.episode_runtime`): probe the model servers,
+bootstrap the base image when missing, open a sandbox pool.
+
+The pool of actor ``i`` labels its containers with the run's id plus ``-a<i>``, so two
+actors on one Docker host never sweep each other's sandboxes, and a later run's actor
+``i`` recognises its predecessor's leftovers. Its run directory is node-local scratch
+(the head keeps the run directory and the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import tempfile
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import msgspec
+
+from ..config import Config
+from ..errors import HarnessError, RsrError
+from .worker import RemoteRunner, sleeping_runner
+
+__all__ = ["EpisodeActor", "actor_run_id"]
+
+_STOP_TIMEOUT_S = 60.0
+
+
+def actor_run_id(run_id: str, index: int) -> str:
+    """The container label value (pool run id) of actor ``index`` of run ``run_id``."""
+    return f"{run_id}-a{index}"
+
+
+class EpisodeActor:
+    """Opens a node's runtime in :meth:`start` and serves head calls until :meth:`stop`.
+
+    ``mode="trivial"`` runs every job with :func:`~.worker.sleeping_runner` (after
+    ``trivial_latency_s``) and opens no runtime: what ``bench scale`` measures with.
+    """
+
+    def __init__(
+        self,
+        config: bytes,
+        *,
+        index: int,
+        run_id: str,
+        tasks_dir: str | None = None,
+        mode: Literal["episodes", "trivial"] = "episodes",
+        trivial_latency_s: float = 0.0,
+    ) -> None:
+        self._config = msgspec.json.decode(config, type=Config)
+        self._index = index
+        self._run_id = actor_run_id(run_id, index)
+        self._tasks_dir = Path(tasks_dir) if tasks_dir else None
+        self._mode = mode
+        self._trivial_latency_s = trivial_latency_s
+        self._runner: RemoteRunner | None = None
+        self._pool: Any = None
+        self._started = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._error: BaseException | None = None
+        self._holder: asyncio.Task[None] | None = None
+        self._scratch = ""
+
+    async def start(self) -> dict[str, Any]:
+        """Open the runtime; returns where this actor runs. Raises what opening raised."""
+        if self._holder is None:
+            # The runtime must outlive this call, so a task holds it open; stop() ends it
+            # and waits for it (an actor has no enclosing task group across its calls).
+            self._holder = asyncio.get_running_loop().create_task(self._hold())
+        await self._started.wait()
+        if self._error is not None:
+            raise HarnessError(
+                f"episode actor {self._index} on {socket.gethostname()} could not open its "
+                f"runtime: {type(self._error).__name__}: {self._error}"
+            ) from None
+        return {"host": socket.gethostname(), "pid": os.getpid(), "run_id": self._run_id}
+
+    async def _hold(self) -> None:
+        try:
+            async with AsyncExitStack() as stack:
+                if self._mode == "trivial":
+                    runners: dict[str, Any] = {"*": sleeping_runner(self._trivial_latency_s)}
+                else:
+                    from ..rsr.runtime import (
+                        episode_runtime,  # the pipeline, only on nodes that run it
+                    )
+
+                    self._scratch = tempfile.mkdtemp(prefix=f"rsr-ray-{self._run_id}-")
+                    runtime = await stack.enter_async_context(
+                        episode_runtime(
+                            self._config,
+                            run_dir=Path(self._scratch),
+                            tasks_dir=self._tasks_dir,
+                            run_id=self._run_id,
+                        )
+                    )
+                    runners = {"*": runtime.runner, **runtime.runners}
+                    self._pool = runtime.pool
+                self._runner = RemoteRunner(runners, name=f"actor-{self._index}")
+                async with anyio.create_task_group() as tg:
+                    await tg.start(self._runner.serve)
+                    self._started.set()
+                    await self._stopping.wait()
+                    tg.cancel_scope.cancel()
+        except (RsrError, OSError) as exc:
+            self._error = exc
+        finally:
+            self._runner = None
+            self._started.set()
+            if self._scratch:
+                shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _serving(self) -> RemoteRunner:
+        if self._runner is None:
+            raise HarnessError(f"episode actor {self._index} is not serving (not started, or stopped)")
+        return self._runner
+
+    async def submit(self, data: bytes) -> int:
+        return self._serving().submit(data)
+
+    async def poll(self, wait_s: float) -> bytes:
+        stats = self._pool.statistics() if self._pool is not None else None
+        return await self._serving().poll(
+            wait_s,
+            live_sandboxes=stats.live if stats else 0,
+            peak_sandboxes=stats.peak_live if stats else 0,
+        )
+
+    async def cancel(self, keys: list[str]) -> bytes:
+        return await self._serving().cancel(keys)
+
+    async def sweep(self, run_ids: list[str]) -> int:
+        """Remove every container of ``run_ids`` (lost actors' pools) on this actor's
+        Docker hosts; returns how many were removed."""
+        from ..sandbox import sweep
+
+        removed = 0
+        for run_id in run_ids:
+            found = await sweep(
+                self._config.sandbox.docker_urls, run_id=run_id, everything_of_run=True,
+                timeout_s=self._config.sandbox.api_timeout_s,
+            )
+            removed += sum(item.removed for item in found)
+        return removed
+
+    async def stop(self) -> None:
+        """Cancel what runs, close the runtime (its sandboxes are removed), and return."""
+        self._stopping.set()
+        if self._holder is not None:
+            with anyio.move_on_after(_STOP_TIMEOUT_S):
+                await asyncio.shield(self._holder)
+
+    def pid(self) -> int:
+        return os.getpid()

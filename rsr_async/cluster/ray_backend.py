@@ -1,0 +1,269 @@
+"""Ray, and only here: connect, start one episode actor per node, call them, lose them.
+
+Ray is an optional extra (``pip install 'rsr_async[ray]'``); this module imports it when
+a run asks for it (``run --ray ADDRESS``), never on ``import rsr_async``.
+
+* :func:`open_ray` connects to ``cluster.ray_address`` (``local``: a private instance
+  on this machine, shut down on exit) in a worker thread, since ``ray.init`` blocks.
+* :func:`ray_remotes` starts ``cluster.actors_per_node`` :class:`~.actor.EpisodeActor`
+  on every alive node that offers ``cluster.actor_cpus`` CPUs, pinned to it (node
+  affinity, not soft), waits for each to open its runtime, and yields one
+  :class:`RayRemote` per actor that started. On exit it stops them (their sandboxes
+  are removed) and kills any that do not stop in time.
+* A call that fails with a Ray error, or outlives its deadline, raises
+  :class:`~rsr_async.errors.RunnerLostError`; :meth:`RayFleet.on_lost` then kills the
+  actor for certain and has every surviving actor sweep the lost one's containers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+import msgspec
+
+from ..config import Config
+from ..errors import ConfigError, InfraError, RunnerLostError
+from .actor import EpisodeActor, actor_run_id
+
+__all__ = ["RayFleet", "RayRemote", "actor_config", "import_ray", "open_ray", "ray_remotes", "url_share"]
+
+_log = logging.getLogger(__name__)
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a ConfigError saying how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(
+            "cluster.ray_address is set (run --ray) but Ray is not installed; "
+            "install it with: pip install 'rsr_async[ray]'"
+        ) from exc
+    return ray
+
+
+@asynccontextmanager
+async def open_ray(address: str, *, namespace: str = "rsr_async") -> AsyncIterator[Any]:
+    """Connect this process to the Ray cluster at ``address`` for the block's length."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray  # an embedding program connected already: its connection, its to close
+        return
+
+    def connect() -> None:
+        options: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "address": address}
+        if address == "local":  # a new instance, even where RAY_ADDRESS names another
+            options.update(include_dashboard=False, object_store_memory=128 * 2**20)
+        try:
+            ray.init(**options)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise InfraError(f"cannot connect to the Ray cluster at {address!r}: {exc}") from exc
+
+    await anyio.to_thread.run_sync(connect)
+    try:
+        yield ray
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(ray.shutdown)
+
+
+class RayRemote:
+    """One episode actor as the dispatcher's :class:`~.dispatch.Remote`."""
+
+    def __init__(self, ray: Any, actor: Any, *, name: str, capacity: int, run_id: str,
+                 call_timeout_s: float, node_id: str = "") -> None:
+        self._ray = ray
+        self.node_id = node_id
+        """The Ray node it is pinned to."""
+        self.actor = actor
+        self.name = name
+        self.capacity = capacity
+        self.run_id = run_id
+        """The container label of this actor's pool (what a sweep after its loss removes)."""
+        self._timeout_s = call_timeout_s
+
+    async def _call(self, what: str, method: Any, *args: Any, timeout_s: float | None = None) -> Any:
+        timeout = self._timeout_s if timeout_s is None else timeout_s
+        try:
+            with anyio.fail_after(timeout):
+                return await method.remote(*args)
+        except TimeoutError:
+            raise RunnerLostError(f"{self.name}: no answer to {what} within {timeout:g} s") from None
+        except self._ray.exceptions.RayError as exc:
+            raise RunnerLostError(f"{self.name}: {what} failed: {type(exc).__name__}: {exc}") from exc
+
+    async def submit(self, data: bytes) -> None:
+        await self._call("submit", self.actor.submit, data)
+
+    async def poll(self, wait_s: float) -> bytes:
+        data: bytes = await self._call("poll", self.actor.poll, wait_s, timeout_s=wait_s + self._timeout_s)
+        return data
+
+    async def cancel(self, keys: list[str]) -> bytes:
+        data: bytes = await self._call("cancel", self.actor.cancel, keys)
+        return data
+
+
+@dataclass
+class RayFleet:
+    """The started actors, as remotes for a :class:`~.dispatch.Dispatcher`."""
+
+    ray: Any
+    remotes: list[RayRemote]
+    nodes: dict[str, str] = field(default_factory=dict)
+    """Remote name → the Ray node id it is pinned to."""
+    swept: int = 0
+    """Containers of lost actors removed by the survivors so far."""
+    on_notice: Callable[[str], None] | None = None
+
+    lost: list[RayRemote] = field(default_factory=list)
+
+    async def on_lost(self, name: str, exc: BaseException) -> None:
+        lost = next(r for r in self.remotes if r.name == name)
+        self.lost.append(lost)
+        message = f"warning: lost {name} (node {self.nodes.get(name, '?')[:12]}): {exc}; its attempts are retried"
+        _log.warning(message)
+        if self.on_notice is not None:
+            self.on_notice(message)
+        await anyio.to_thread.run_sync(lambda: self.ray.kill(lost.actor, no_restart=True))
+        await self.sweep_lost()
+
+    async def sweep_lost(self) -> None:
+        """Have every surviving actor remove the lost actors' containers on its hosts.
+
+        Called at each loss and again when the run ends: an actor on a node being torn
+        down can still finish a container create after the first sweep."""
+        run_ids = [r.run_id for r in self.lost]
+        if not run_ids:
+            return
+        for remote in self.remotes:
+            if remote in self.lost:
+                continue
+            try:
+                self.swept += await remote._call("sweep", remote.actor.sweep, run_ids)
+            except RunnerLostError:
+                continue  # its own collector will find out
+
+
+@asynccontextmanager
+async def ray_remotes(
+    config: Config,
+    *,
+    run_id: str,
+    tasks_dir: str | None = None,
+    mode: Literal["episodes", "trivial"] = "episodes",
+    trivial_latency_s: float = 0.0,
+    on_notice: Callable[[str], None] | None = None,
+) -> AsyncIterator[RayFleet]:
+    """Start the episode actors on the connected cluster; stop them on exit."""
+    ray = import_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    cluster = config.cluster
+    nodes = await anyio.to_thread.run_sync(ray.nodes)
+    usable = [
+        n for n in nodes
+        if n.get("Alive") and n.get("Resources", {}).get("CPU", 0.0) >= max(cluster.actor_cpus, 1e-9)
+    ]
+    if not usable:
+        raise InfraError(
+            f"the Ray cluster has no alive node with cluster.actor_cpus={cluster.actor_cpus:g} CPUs "
+            f"free for an episode actor ({len(nodes)} nodes known)"
+        )
+    count = len(usable) * cluster.actors_per_node
+    capacity = max(1, math.ceil(config.run.concurrency / count))
+    actor_class = ray.remote(EpisodeActor)
+    started: list[tuple[Any, str, str]] = []
+    for index in range(count):
+        node_id = usable[index % len(usable)]["NodeID"]
+        encoded = msgspec.json.encode(actor_config(config, index, count, capacity))
+        actor = actor_class.options(
+            num_cpus=cluster.actor_cpus,
+            max_concurrency=64,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        ).remote(encoded, index=index, run_id=run_id, tasks_dir=tasks_dir, mode=mode,
+                 trivial_latency_s=trivial_latency_s)
+        started.append((actor, f"actor-{index}", node_id))
+    fleet = RayFleet(ray=ray, remotes=[], on_notice=on_notice)
+    try:
+        failures: list[str] = []
+
+        async def start(index: int, actor: Any, name: str, node_id: str) -> None:
+            try:
+                with anyio.fail_after(cluster.start_timeout_s):
+                    await actor.start.remote()
+            except TimeoutError:
+                failures.append(f"{name}: did not open its runtime within cluster.start_timeout_s="
+                                f"{cluster.start_timeout_s:g} s")
+                return
+            except ray.exceptions.RayError as exc:
+                failures.append(f"{name}: {_cause(exc)}")
+                return
+            fleet.remotes.append(RayRemote(
+                ray, actor, name=name, capacity=capacity, run_id=actor_run_id(run_id, index),
+                call_timeout_s=cluster.call_timeout_s, node_id=node_id,
+            ))
+            fleet.nodes[name] = node_id
+
+        async with anyio.create_task_group() as tg:
+            for index, (actor, name, node_id) in enumerate(started):
+                tg.start_soon(start, index, actor, name, node_id)
+        fleet.remotes.sort(key=lambda r: r.name)
+        if not fleet.remotes:
+            raise InfraError("no episode actor could start: " + "; ".join(failures))
+        for failure in failures:
+            message = f"warning: an episode actor did not start and gets no work: {failure}"
+            _log.warning(message)
+            if on_notice is not None:
+                on_notice(message)
+        yield fleet
+    finally:
+        with anyio.CancelScope(shield=True):
+            await fleet.sweep_lost()
+            async with anyio.create_task_group() as tg:
+                for actor, _, _ in started:
+                    tg.start_soon(_stop, ray, actor, cluster.call_timeout_s)
+
+
+def url_share(urls: tuple[str, ...], index: int, count: int) -> tuple[str, ...]:
+    """The model servers actor ``index`` of ``count`` talks to: every ``count``-th one,
+    so each server has one actor's episodes (and their prefix cache); with fewer servers
+    than actors (one router, say), actors share them round-robin."""
+    if not urls:
+        return ()
+    if len(urls) >= count:
+        return urls[index::count]
+    return (urls[index % len(urls)],)
+
+
+def actor_config(config: Config, index: int, count: int, capacity: int) -> Config:
+    """The config actor ``index`` opens its runtime with: its share of the model servers
+    and of ``run.concurrency``."""
+    return msgspec.structs.replace(
+        config,
+        llm=msgspec.structs.replace(config.llm, urls=url_share(config.llm.urls, index, count)),
+        run=msgspec.structs.replace(config.run, concurrency=capacity),
+    )
+
+
+async def _stop(ray: Any, actor: Any, timeout_s: float) -> None:
+    try:
+        with anyio.move_on_after(timeout_s):
+            await actor.stop.remote()
+    except ray.exceptions.RayError:
+        pass  # already gone
+    await anyio.to_thread.run_sync(lambda: ray.kill(actor, no_restart=True))
+
+
+def _cause(exc: BaseException) -> str:
+    """A Ray task error's own message (Ray wraps the remote exception in a long banner)."""
+    cause = getattr(exc, "cause", None)
+    if cause is not None:
+        return f"{type(cause).__name__}: {cause}"
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 
 from rsr_async.cluster import Dispatcher
-from rsr_async.cluster.ray_backend import open_ray, ray_remotes
+from rsr_async.cluster.ray_backend import RayFleet, open_ray, ray_remotes
 from rsr_async.config import ClusterConfig, Config, EngineConfig, RunConfig
 from rsr_async.engine import Engine
 from rsr_async.engine.fakes import make_jobs
@@ -47,24 +48,31 @@ def trivial_config(address: str, concurrency: int) -> Config:
     )
 
 
+@asynccontextmanager
+async def trivial_fleet(address: str, config: Config, run_id: str) -> AsyncIterator[tuple[RayFleet, Dispatcher]]:
+    """Trivial actors on the cluster and a serving dispatcher over them (told of losses)."""
+    async with (
+        open_ray(address),
+        ray_remotes(config, run_id=run_id, mode="trivial") as fleet,
+        anyio.create_task_group() as tg,
+    ):
+        dispatcher = Dispatcher(fleet.remotes, batch_window_s=0.005, on_lost=fleet.on_lost)
+        await tg.start(dispatcher.serve)
+        yield fleet, dispatcher
+        tg.cancel_scope.cancel()
+
+
 @pytest.mark.slow
 async def test_jobs_dispatched_to_one_actor_per_node_are_each_stored_once(ray_cluster: object, tmp_path: Path) -> None:
     address = ray_cluster.address  # type: ignore[attr-defined]
     config = trivial_config(address, 512)
     jobs = make_jobs(3000)
-    async with (
-        open_ray(address),
-        ray_remotes(config, run_id="test-trivial", mode="trivial") as fleet,
-        anyio.create_task_group() as tg,
-    ):
+    async with trivial_fleet(address, config, "test-trivial") as (fleet, dispatcher):
         assert len(fleet.remotes) == 2 and len(set(fleet.nodes.values())) == 2  # one per worker node
-        dispatcher = Dispatcher(fleet.remotes, batch_window_s=0.005)
-        await tg.start(dispatcher.serve)
         async with Engine(config, runner=dispatcher, run_dir=tmp_path) as engine:
             keys = [str(r.key) async for r in engine.run(jobs)]
             counts = engine.store.counts()
         stats = dispatcher.statistics()
-        tg.cancel_scope.cancel()
     assert sorted(keys) == sorted(str(j.key) for j in jobs)
     assert counts["succeeded"] == 3000 and counts["infra_error"] == 0
     assert stats.sent == 3000 and stats.batches <= 3000 / 8, stats
@@ -72,20 +80,12 @@ async def test_jobs_dispatched_to_one_actor_per_node_are_each_stored_once(ray_cl
 
 @pytest.mark.slow
 async def test_an_actor_killed_mid_run_loses_nothing_and_stores_nothing_twice(ray_cluster: object, tmp_path: Path) -> None:
-    import ray
-
     address = ray_cluster.address  # type: ignore[attr-defined]
     config = trivial_config(address, 64)
     jobs = make_jobs(400)
-    async with (
-        open_ray(address),
-        ray_remotes(config, run_id="test-kill", mode="trivial") as fleet,
-        anyio.create_task_group() as tg,
-    ):
+    async with trivial_fleet(address, config, "test-kill") as (fleet, dispatcher), anyio.create_task_group() as tg:
         victim = fleet.remotes[1]
         pid = await victim.actor.pid.remote()
-        dispatcher = Dispatcher(fleet.remotes, batch_window_s=0.005, on_lost=fleet.on_lost)
-        await tg.start(dispatcher.serve)
 
         async def kill_when_busy() -> None:
             await wait_until(
@@ -103,7 +103,6 @@ async def test_an_actor_killed_mid_run_loses_nothing_and_stores_nothing_twice(ra
     assert stats.lost == (victim.name,)
     assert sorted(keys) == sorted(str(j.key) for j in jobs)  # every job stored, each once
     assert counts["succeeded"] == 400
-    del ray
 
 
 def _describe(left: dict[str, list[str]]) -> str:

@@ -390,8 +390,9 @@ def container_removed(suite: Suite) -> Fault:
 
 
 def docker_host_unreachable(suite: Suite) -> Fault:
-    """A second Docker URL that refuses every connection: the run goes on with the
-    reachable daemon (a second live daemon that dies mid-run is the scale-out issue's)."""
+    """A second Docker URL that refuses every connection from the start: the run goes on
+    with the reachable daemon and names the other (a second live daemon that dies and
+    comes back mid-run: tests/sandbox/test_hosts.py)."""
     fault = suite.fault("docker_host_unreachable", "sandbox")
     run_dir = suite.workdir / "docker_unreachable"
     nowhere = suite.workdir / "no-docker.sock"
@@ -618,12 +619,7 @@ def _foreign(db: Path) -> None:
     con.close()
 
 
-DEFERRED: dict[str, str] = {
-    "docker_host_unreachable": (
-        "the pool places episodes around a host that goes down mid-run (issue 17), but a "
-        "run whose sandbox.docker_urls names a daemon unreachable from the start still "
-        "stops at its image check, with one line naming the URL (run it with --only to see)"),
-}
+DEFERRED: dict[str, str] = {}
 """Faults in the matrix that wait for another issue: not run unless named in --only."""
 
 SCENARIOS: list[Callable[[Suite], Fault]] = [

@@ -115,16 +115,26 @@ async def bootstrap_base_image(
     Idempotent: hosts that already have ``tag`` (default ``config.base_image``) are
     skipped unless ``force``. Runs ``debootstrap --variant=minbase`` with
     :data:`BASE_PACKAGES` into a temporary directory, streams the root filesystem into
-    ``docker import`` (the images/create API), and removes the directory.
+    ``docker import`` (the images/create API), and removes the directory. A host that
+    does not answer is skipped while another does (the pool places around it and ships
+    the image there once it answers); with none answering it raises
+    :class:`~rsr_async.errors.DockerUnavailableError` naming each.
     """
     tag = tag or config.base_image
     say = log or (lambda _line: None)
     missing: list[str] = []
+    down: dict[str, DockerUnavailableError] = {}
     for url in config.docker_urls:
         docker, connector = open_client(url)
         try:
             with docker_errors(f"bootstrap {tag} on {url}", url=url):
                 present = await image_id(docker, tag, timeout_s=config.api_timeout_s)
+        except DockerUnavailableError as exc:
+            # One host of several may be down at the start: the pool places around it and
+            # ships the base image there when it answers (SandboxPool._ensure_present).
+            down[url] = exc
+            say(f"{url} does not answer: skipped ({exc})")
+            continue
         finally:
             await docker.close()
             await connector.close()
@@ -132,9 +142,15 @@ async def bootstrap_base_image(
             missing.append(url)
         else:
             say(f"{tag} already on {url} ({present[:19]}): skipped")
+    if len(down) == len(config.docker_urls):
+        if len(down) == 1:
+            raise down[config.docker_urls[0]]
+        raise DockerUnavailableError(
+            f"bootstrap {tag}: no Docker host answers: " + "; ".join(map(str, down.values()))
+        )
     if not missing:
         return tag
-    have = [url for url in config.docker_urls if url not in missing]
+    have = [url for url in config.docker_urls if url not in missing and url not in down]
     if have:
         # Shipping is a stream between daemons (no root, no mirror) and ~4x faster than
         # debootstrap + import here: see README "Sandboxes".

@@ -814,7 +814,8 @@ class SandboxPool:
         return None
 
     async def ensure_image(self, task: Task) -> str:
-        """The task's image tag, present on every host (built once, cached by content hash)."""
+        """The task's image tag, present on every host that is up (built once, cached by
+        content hash). A host down now gets it when an episode is first placed there."""
         if not self._hosts:
             raise SandboxError("SandboxPool used outside `async with`")
         if len(self._hosts) == 1:
@@ -825,14 +826,22 @@ class SandboxPool:
         async def one(host: DockerHost) -> None:
             try:
                 tags.append(await self._ensure_on(host, task))
+            except DockerUnavailableError as exc:
+                await self._check_host(host, exc)  # out of placement; asked again later
             except Exception as exc:  # raised below, unwrapped, once every host is done
                 errors.append(exc)
 
         async with anyio.create_task_group() as tg:
             for host in self._hosts:
-                tg.start_soon(one, host)
+                if host.up:
+                    tg.start_soon(one, host)
         if errors:
             raise errors[0]
+        if not tags:
+            raise DockerUnavailableError(
+                f"task {task.name!r}: no Docker host is up to hold its image: "
+                + "; ".join(f"{h.url} ({h.down_reason})" for h in self._hosts if not h.up)
+            )
         return tags[0]
 
     async def _ensure_on(self, host: DockerHost, task: Task) -> str:

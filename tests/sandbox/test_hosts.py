@@ -18,19 +18,19 @@ import pytest
 
 from rsr_async.config import Config, EngineConfig, RunConfig, SandboxConfig
 from rsr_async.engine import Engine, Job
-from rsr_async.errors import InfraError
+from rsr_async.errors import DockerUnavailableError, InfraError
 from rsr_async.harness.fakes import ReplayModel
 from rsr_async.lifeline import guarded_argv
 from rsr_async.llm.base import ChatMessage, Completion
 from rsr_async.rsr.episode import EpisodeRunner
 from rsr_async.sandbox import SandboxPool, sweep
 from rsr_async.sandbox.hosts import open_client
-from rsr_async.sandbox.images import image_id
+from rsr_async.sandbox.images import bootstrap_base_image, image_id
 from rsr_async.sandbox.pool import LABEL_LEASE, LABEL_RUN
 from rsr_async.schema import EpisodeSpec, JobKey
 from tests.rsr.test_reliability_outcomes import act, file_task
 
-from .conftest import BASE, MAIN_URL, make_task, new_run_id
+from .conftest import BASE, MAIN_URL, fixture_task, make_task, new_run_id
 from .second_daemon import SecondDaemon
 
 pytestmark = pytest.mark.docker
@@ -116,6 +116,51 @@ async def test_a_host_that_dies_fails_its_episodes_as_infrastructure_and_is_used
     finally:
         if not second_daemon.running():
             second_daemon.start()
+
+
+async def test_a_host_down_from_the_start_is_placed_around_and_used_once_it_answers(
+    second_daemon: SecondDaemon, tmp_path: Path
+) -> None:
+    task = fixture_task("ok")  # a task image, built on each host that takes its episodes
+    config = two_hosts(second_daemon)
+    second_daemon.kill()  # down before the run starts (its data root, base image kept)
+    try:
+        said: list[str] = []
+        # The run's start: the base image check skips the host that does not answer ...
+        assert await bootstrap_base_image(config, log=said.append) == BASE
+        assert any(second_daemon.url in line and "does not answer" in line for line in said), said
+        async with SandboxPool(config, run_id=new_run_id(), run_dir=tmp_path / "run") as pool:
+            assert pool.statistics().hosts_down == (second_daemon.url,)
+            # ... and so does the image check (`images build`, the oracle).
+            tag = await pool.ensure_image(task)
+            async with pool.sandbox(task, key="first") as first:
+                assert first.url == MAIN_URL
+                assert (await first.run("cat /app/built.txt", time_limit=30)).exit_code == 0
+                second_daemon.start()
+                # Back: the less loaded host takes the next episode and builds the image there.
+                async with pool.sandbox(task, key="second") as second:
+                    assert second.url == second_daemon.url
+                    assert (await second.run("cat /app/built.txt", time_limit=30)).exit_code == 0
+            assert pool.statistics().hosts_down == ()
+        docker, connector = open_client(second_daemon.url)
+        try:
+            assert await image_id(docker, tag, timeout_s=30) is not None
+        finally:
+            await docker.close()
+            await connector.close()
+        assert await labelled(MAIN_URL, pool.run_id) == []
+        assert await labelled(second_daemon.url, pool.run_id) == []
+    finally:
+        if not second_daemon.running():
+            second_daemon.start()
+
+
+async def test_with_no_host_answering_the_start_names_each(tmp_path: Path) -> None:
+    urls = tuple(f"unix://{tmp_path}/nowhere-{i}.sock" for i in range(2))
+    with pytest.raises(DockerUnavailableError) as caught:
+        await bootstrap_base_image(SandboxConfig(docker_urls=urls, api_timeout_s=5.0))
+    for url in urls:
+        assert url.removeprefix("unix://") in str(caught.value)
 
 
 CHILD = """

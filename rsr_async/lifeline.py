@@ -21,6 +21,11 @@ long-running children (the simulator) also poll ``os.getppid()`` (:func:`watch_p
 as a second line where PDEATHSIG is missing. PDEATHSIG reaches the direct child only: a
 shell script's own children (debootstrap's ``dpkg``) are not covered; they end when
 their pipe to the dead script breaks.
+
+Where a library starts processes of its own (a private Ray instance: its raylet starts
+agents that outlive a SIGKILLed driver by minutes), a :class:`Reaper` covers them: a
+small watcher told the pids (:func:`descendants`) that SIGKILLs whichever are still
+alive once this process is gone, or when it is closed.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-__all__ = ["guarded_argv", "set_parent_death_signal", "watch_parent"]
+__all__ = ["Reaper", "descendants", "guarded_argv", "set_parent_death_signal", "watch_parent"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -77,6 +82,94 @@ async def watch_parent(parent_pid: int, on_orphaned: Callable[[], None],
     on_orphaned()
 
 
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid → (parent pid, start time in clock ticks), from ``/proc``."""
+    table: dict[int, tuple[int, str]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue  # gone since the listing
+        # The name (field 2) may hold spaces and parentheses: split after the last ")".
+        fields = stat[stat.rindex(")") + 2:].split()
+        table[int(name)] = (int(fields[1]), fields[19])
+    return table
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, start time) of every live descendant of ``pid``; the start time tells a
+    process from a later one that got its pid."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found: list[tuple[int, str]] = []
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append((child, table[child][1]))
+            stack.append(child)
+    return found
+
+
+class Reaper:
+    """A watcher process that SIGKILLs the processes :meth:`track` named, once this
+    process dies (its end of the pipe closes, whatever killed it) or :meth:`close` is
+    called; those already gone, or whose pid now belongs to another process, are left."""
+
+    def __init__(self) -> None:
+        import subprocess  # here, so the trampoline (this file run as a script) starts fast
+
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", os.path.abspath(__file__), "--reap", str(os.getpid())],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True,
+        )
+
+    def track(self, processes: Sequence[tuple[int, str]]) -> None:
+        """Add (pid, start time) pairs, as :func:`descendants` gives them."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        stdin.write("".join(f"{pid} {start}\n" for pid, start in processes).encode())
+        stdin.flush()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Reap now (what is still alive of the tracked processes) and wait for the watcher."""
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait(timeout_s)
+
+
+def _reap(parent_pid: int) -> None:
+    """The watcher: read ``pid start`` lines until EOF or the parent is gone, then kill."""
+    import select
+
+    data = b""
+    while True:
+        orphaned = os.getppid() != parent_pid
+        # Once orphaned, only what the dead parent wrote before it died is left to read.
+        ready, _, _ = select.select([0], [], [], 0.0 if orphaned else 0.5)
+        if not ready:
+            if orphaned:
+                break
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        data += chunk
+    tracked = [(int(pid), start.decode()) for pid, start in
+               (line.split() for line in data.split(b"\n") if line.strip())]
+    table = _process_table()
+    for pid, start in tracked:
+        if pid in table and table[pid][1] == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # gone in between
+
+
 def _close_fds(keep: set[int]) -> None:
     try:
         names = os.listdir("/proc/self/fd")
@@ -92,7 +185,11 @@ def _close_fds(keep: set[int]) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-    """``python -I lifeline.py PARENT_PID KEEP_FDS -- PROGRAM ARGS...``"""
+    """``python -I lifeline.py PARENT_PID KEEP_FDS -- PROGRAM ARGS...``, or the
+    :class:`Reaper`'s watcher: ``python -I lifeline.py --reap PARENT_PID``."""
+    if len(argv) == 2 and argv[0] == "--reap":
+        _reap(int(argv[1]))
+        return
     if len(argv) < 4 or argv[2] != "--":
         sys.stderr.write("usage: python -I lifeline.py PARENT_PID KEEP_FDS -- ARGV\n")
         raise SystemExit(2)

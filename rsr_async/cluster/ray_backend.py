@@ -4,7 +4,9 @@ Ray is an optional extra (``pip install 'rsr_async[ray]'``); this module imports
 a run asks for it (``run --ray ADDRESS``), never on ``import rsr_async``.
 
 * :func:`open_ray` connects to ``cluster.ray_address`` (``local``: a private instance
-  on this machine, shut down on exit) in a worker thread, since ``ray.init`` blocks.
+  on this machine, shut down on exit, and killed whole by a
+  :class:`~rsr_async.lifeline.Reaper` if this process is) in a worker thread, since
+  ``ray.init`` blocks.
 * :func:`ray_remotes` starts ``cluster.actors_per_node`` :class:`~.actor.EpisodeActor`
   on every alive node that offers ``cluster.actor_cpus`` CPUs, pinned to it (node
   affinity, not soft), waits for each to open its runtime, and yields one
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ import msgspec
 
 from ..config import Config
 from ..errors import ConfigError, InfraError, RunnerLostError
+from ..lifeline import Reaper, descendants
 from .actor import EpisodeActor, actor_run_id
 
 __all__ = ["RayFleet", "RayRemote", "actor_config", "import_ray", "open_ray", "ray_remotes", "url_share"]
@@ -65,12 +69,25 @@ async def open_ray(address: str, *, namespace: str = "rsr_async") -> AsyncIterat
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise InfraError(f"cannot connect to the Ray cluster at {address!r}: {exc}") from exc
 
-    await anyio.to_thread.run_sync(connect)
+    reaper: Reaper | None = None
+    if address == "local":
+        # Ray fate-shares its GCS server and raylet with this driver, but the raylet's
+        # agents (DashboardAgent, RuntimeEnvAgent) outlive a SIGKILLed driver by minutes:
+        # a watcher kills what this instance started (and nothing else of ours) once we
+        # are gone.
+        reaper = Reaper()
     try:
+        before = set(descendants(os.getpid()))
+        await anyio.to_thread.run_sync(connect)
+        if reaper is not None:
+            reaper.track([p for p in descendants(os.getpid()) if p not in before])
         yield ray
     finally:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(ray.shutdown)
+            if ray.is_initialized():
+                await anyio.to_thread.run_sync(ray.shutdown)
+            if reaper is not None:
+                await anyio.to_thread.run_sync(reaper.close)
 
 
 class RayRemote:

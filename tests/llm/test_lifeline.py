@@ -244,3 +244,61 @@ def test_serve_servers_die_when_serve_is_killed() -> None:
     finally:
         serve.kill()
         serve.wait()
+
+
+# -- a library's own processes: the Reaper kills what it was told of ------------------------
+
+_REAPED = textwrap.dedent("""
+    import subprocess, sys, time
+    from rsr_async.lifeline import Reaper, descendants
+
+    reaper = Reaper()
+    before = set(descendants(__import__("os").getpid()))
+    # As a library would start them: unguarded, one a grandchild (sh starts sleep).
+    subprocess.Popen(["sleep", "300"])
+    subprocess.Popen(["sh", "-c", "sleep 301; :"])
+    deadline = time.monotonic() + 10
+    while True:  # until sh has forked its sleep (no event to wait on: /proc)
+        started = [p for p in descendants(__import__("os").getpid()) if p not in before]
+        if len(started) == 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    reaper.track(started)
+    print(" ".join(str(pid) for pid, _ in started), flush=True)
+    time.sleep(300)
+""")
+
+
+def test_the_reaper_kills_what_it_tracks_when_its_owner_is_sigkilled() -> None:
+    owner = subprocess.Popen([sys.executable, "-c", _REAPED], stdout=subprocess.PIPE,
+                             env=run_cli_env(), text=True)
+    tracked: list[int] = []
+    try:
+        assert owner.stdout is not None
+        tracked = [int(pid) for pid in owner.stdout.readline().split()]
+        assert len(tracked) == 3, tracked  # sleep, sh and sh's sleep
+        assert all(_alive(pid) for pid in tracked)
+        owner.kill()
+        owner.wait(timeout=10)
+        _wait_for("tracked processes gone", lambda: not any(_alive(pid) for pid in tracked), 5)
+    finally:
+        owner.kill()
+        owner.wait()
+        for pid in tracked:  # a failed check leaves none behind either
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_the_reaper_leaves_a_pid_that_another_process_took() -> None:
+    from rsr_async.lifeline import Reaper
+
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        reaper = Reaper()
+        # The pid, with a start time it never had: a process that ended and was replaced.
+        reaper.track([(bystander.pid, "1")])
+        reaper.close()
+        assert _alive(bystander.pid)
+    finally:
+        bystander.kill()
+        bystander.wait()

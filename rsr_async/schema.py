@@ -34,6 +34,7 @@ __all__ = [
     "EpisodeResult",
     "EpisodeSpec",
     "EpisodeStyle",
+    "ImageFiles",
     "JobKey",
     "JobResult",
     "JobSpec",
@@ -284,6 +285,31 @@ class EpisodeStyle(msgspec.Struct, frozen=True, kw_only=True):
     """A claim was rejected (the episode went on) before the final one."""
 
 
+class ImageFiles(msgspec.Struct, frozen=True, kw_only=True):
+    """What one task image holds beyond the base image: its files, directories and links
+    (absolute paths) and the commands it adds, for the leak audit's sandbox knowledge.
+
+    Listed once per image id by :meth:`rsr_async.sandbox.SandboxPool.image_files` and
+    carried by every successful :class:`EpisodeResult` of the task (so it reaches the
+    head from a remote Ray actor with the outcome) and from there by its
+    :class:`AuditSpec`. Shallowest paths first, then by name; at most
+    :data:`rsr_async.sandbox.images.IMAGE_FILES_MAX`."""
+
+    image: str
+    """The image id (``sha256:...``) the episode ran on (a compose task: its main service's)."""
+    base: str = ""
+    """Id of the base image subtracted from the listing ("" when the host lacked it)."""
+    paths: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
+    """Names of the files in ``bin`` directories among :attr:`paths`."""
+    truncated: bool = False
+    """Not every path is here: over the cap (the deepest were dropped) or the listing hit
+    its deadline. A path left out is flagged as before: the audit is stricter, never laxer."""
+    listed_s: float = 0.0
+    """Seconds this image's listing took (its container's start, ``find``, the copy out;
+    the base image's, listed once per host, not included)."""
+
+
 class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     """What one episode produced. ``status`` and ``end_reason`` say how it ended."""
 
@@ -299,6 +325,9 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     turns: int = 0
     style: EpisodeStyle = EpisodeStyle()
     """Execution style; all defaults in stores written before this field existed."""
+    image_files: ImageFiles | None = None
+    """What the task image holds beyond the base (successful episodes in a Docker
+    sandbox); None when unlisted, in older stores, or when the listing failed."""
 
     @classmethod
     def partial_fields(cls, partial: Trajectory | None) -> dict[str, Any]:
@@ -310,7 +339,7 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
             "turns": sum(1 for m in partial.messages if m.origin == "model"),
         }
 
-    heavy: ClassVar[tuple[str, ...]] = ("trajectory", "verifier_output", "verifier_logs")
+    heavy: ClassVar[tuple[str, ...]] = ("trajectory", "verifier_output", "verifier_logs", "image_files")
 
     def columns(self) -> tuple[float | None, int | None]:
         return self.reward, self.turns
@@ -475,6 +504,9 @@ class AuditSpec(JobSpecBase, frozen=True, kw_only=True, tag="audit"):
 
     execution_key: str
     trajectory: Trajectory
+    image_files: ImageFiles | None = None
+    """The execution's task image beyond the base (from its :class:`EpisodeResult`): the
+    audit knows those paths exist. None in older stores: the base image only."""
 
 
 JobSpec: TypeAlias = EpisodeSpec | PlanSpec | CritiqueSpec | AuditSpec

@@ -16,7 +16,7 @@ from rsr_async.sandbox.hosts import open_client
 from rsr_async.sandbox.images import ImageListing, beyond_base
 from rsr_async.schema import Task
 
-from .conftest import BASE, containers_of, make_task, new_run_id
+from .conftest import BASE, FIXTURES, containers_of, make_task, new_run_id
 
 DOCKERFILE = """\
 ARG BASE_IMAGE=rsr-base:bookworm
@@ -113,3 +113,16 @@ def test_beyond_base_keeps_the_shallowest_paths_and_says_when_it_cut() -> None:
     partial = beyond_base(ImageListing(paths={"/app": 1}, complete=False, seconds=0.1), None,
                           image="sha256:t")
     assert partial.paths == ("/app",) and partial.truncated
+
+
+@pytest.mark.docker
+async def test_a_compose_task_lists_its_main_service_image(tmp_path: Path) -> None:
+    from rsr_async.tasks.loader import load_task
+
+    task = load_task(FIXTURES / "compose-web")
+    config = SandboxConfig(starts_per_s=20.0, api_timeout_s=60.0)
+    async with SandboxPool(config, run_id=new_run_id(), run_dir=tmp_path / "run") as pool:
+        files = await pool.image_files(task)
+        # main is the base plus WORKDIR /app; the store service's /srv is not the agent's.
+        assert files.paths == ("/app",) and not files.truncated
+    assert await containers_of(pool.run_id) == []

@@ -743,6 +743,7 @@ async def list_image_paths(
     url: str = "",
     api_timeout_s: float,
     timeout_s: float = IMAGE_FILES_TIMEOUT_S,
+    start_slot: Callable[[], Awaitable[anyio.Semaphore]] | None = None,
 ) -> ImageListing:
     """Every file, directory and link of ``image``, from one short-lived container.
 
@@ -750,8 +751,9 @@ async def list_image_paths(
     root, the pool's capabilities) runs ``find / -xdev`` with the prunes of
     :data:`_LISTING_PRUNE`, killed after ``timeout_s`` less a margin; the listing is
     copied out (``GET /containers/{id}/archive``, whatever the log driver) and the
-    container removed, shielded, whatever happens. Raises :class:`SandboxError` (its
-    subclasses) when Docker fails or the deadline passes.
+    container removed, shielded, whatever happens. ``start_slot``: the host's start
+    limiter (held from create to start, as for every container). Raises
+    :class:`SandboxError` (its subclasses) when Docker fails or the deadline passes.
     """
     started = time.monotonic()
     where = f"list the files of image {image}"
@@ -779,13 +781,18 @@ async def list_image_paths(
     container_id: str | None = None
     try:
         with docker_errors(where, url=url, error=ImageError):
-            # Shielded: a create the daemon finishes after we stopped listening would be
-            # a container nobody knows the id of (the sweeps would still find it).
-            with anyio.CancelScope(shield=True), anyio.fail_after(api_timeout_s):
-                container = await docker.containers.create(config)
-            container_id = str(container.id)
-            with anyio.fail_after(api_timeout_s):
-                await container.start()
+            slot = await start_slot() if start_slot is not None else None
+            try:
+                # Shielded: a create the daemon finishes after we stopped listening would
+                # be a container nobody knows the id of (the sweeps would still find it).
+                with anyio.CancelScope(shield=True), anyio.fail_after(api_timeout_s):
+                    container = await docker.containers.create(config)
+                container_id = str(container.id)
+                with anyio.fail_after(api_timeout_s):
+                    await container.start()
+            finally:
+                if slot is not None:
+                    slot.release()
             with anyio.fail_after(timeout_s):
                 await container.wait(timeout=timeout_s)
             with anyio.fail_after(api_timeout_s):
@@ -795,7 +802,7 @@ async def list_image_paths(
         if container_id is not None:
             await _remove_container(docker, container_id, timeout_s=api_timeout_s)
     if not paths:
-        raise ImageError(f"{where}: the listing came back empty (no /bin/sh or find in the image?)")
+        raise ImageError(f"{where}: the listing came back empty (no /bin/sh or GNU find in the image?)")
     return ImageListing(paths=paths, complete=complete, seconds=time.monotonic() - started)
 
 
@@ -865,8 +872,10 @@ class ImageListings:
         url: str = "",
         api_timeout_s: float,
         timeout_s: float = IMAGE_FILES_TIMEOUT_S,
+        start_slot: Callable[[], Awaitable[anyio.Semaphore]] | None = None,
     ) -> ImageFiles:
-        """What ``image`` holds beyond ``base_image`` on this Docker host."""
+        """What ``image`` holds beyond ``base_image`` on this Docker host (the arguments
+        are :func:`list_image_paths`'s)."""
         with docker_errors(f"image {image}", url=url, error=ImageError):
             task_id = await image_id(docker, image, timeout_s=api_timeout_s)
             base_id = await image_id(docker, base_image, timeout_s=api_timeout_s)
@@ -877,7 +886,8 @@ class ImageListings:
 
         def lister(name: str) -> Callable[[], Awaitable[ImageListing]]:
             return lambda: list_image_paths(docker, name, labels=labels, url=url,
-                                            api_timeout_s=api_timeout_s, timeout_s=timeout_s)
+                                            api_timeout_s=api_timeout_s, timeout_s=timeout_s,
+                                            start_slot=start_slot)
 
         async def diffed() -> ImageFiles:
             base = None

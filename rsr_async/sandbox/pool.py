@@ -916,7 +916,7 @@ class SandboxPool:
             labels[LABEL_LEASE] = LEASE_HELD
         return await self._listings.files(
             host.docker, image, base_image=self.config.base_image, labels=labels, url=host.url,
-            api_timeout_s=self.config.api_timeout_s,
+            api_timeout_s=self.config.api_timeout_s, start_slot=host.start_slot,
         )
 
     # ------------------------------------------------------------------ compose tasks

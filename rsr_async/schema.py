@@ -290,10 +290,19 @@ class ImageFiles(msgspec.Struct, frozen=True, kw_only=True):
     (absolute paths) and the commands it adds, for the leak audit's sandbox knowledge.
 
     Listed once per image id by :meth:`rsr_async.sandbox.SandboxPool.image_files` and
-    carried by every successful :class:`EpisodeResult` of the task (so it reaches the
-    head from a remote Ray actor with the outcome) and from there by its
-    :class:`AuditSpec`. Shallowest paths first, then by name; at most
-    :data:`rsr_async.sandbox.images.IMAGE_FILES_MAX`."""
+    carried by every successful :class:`EpisodeResult` of the task, and from there by
+    its :class:`AuditSpec`. Shallowest paths first, then by name; at most
+    :data:`rsr_async.sandbox.images.IMAGE_FILES_MAX`.
+
+    Why it rides in the result rather than in a store table or a file of the run
+    directory keyed by image id: the audit runs on the head, with no sandbox, maybe in a
+    later ``verify`` or after a resume; in a Ray run the episode ran on a remote actor
+    whose Docker host and scratch directory the head cannot reach, and only the head
+    writes the store, from results. The result is the one thing that always travels
+    (over the wire unchanged, stored in the job's own transaction), and successors stay a
+    pure function of stored results, so a rerun rebuilds the same audit job. The cost is
+    a copy per successful episode and audit job: small, as only what the task added to
+    the base is kept (2 to 40 paths, at most 1.4 KB, for the bundled tasks)."""
 
     image: str
     """The image id (``sha256:...``) the episode ran on (a compose task: its main service's)."""

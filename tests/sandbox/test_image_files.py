@@ -126,3 +126,26 @@ async def test_a_compose_task_lists_its_main_service_image(tmp_path: Path) -> No
         # main is the base plus WORKDIR /app; the store service's /srv is not the agent's.
         assert files.paths == ("/app",) and not files.truncated
     assert await containers_of(pool.run_id) == []
+
+
+@pytest.mark.docker
+async def test_an_image_that_cannot_be_listed_says_so_once(tmp_path: Path) -> None:
+    env = tmp_path / "environment"
+    env.mkdir()
+    (env / "Dockerfile").write_text("ARG BASE_IMAGE=rsr-base:bookworm\nFROM ${BASE_IMAGE}\n"
+                                    "COPY nonce.txt /app/\nRUN rm /usr/bin/find\n")
+    (env / "nonce.txt").write_text(uuid.uuid4().hex)
+    task = make_task("image-files-no-find", environment_dir=str(env))
+    config = SandboxConfig(starts_per_s=20.0, api_timeout_s=60.0)
+    tag = None
+    try:
+        async with SandboxPool(config, run_id=new_run_id(), run_dir=tmp_path / "run") as pool:
+            tag = await pool.ensure_image(task)
+            files = await pool.image_files(task)
+            # Nothing known beyond the base, and said: the audit knows the base image only.
+            assert files.paths == () and files.truncated
+            assert await pool.image_files(task) is files  # the answer, not retried per episode
+        assert await containers_of(pool.run_id) == []
+    finally:
+        if tag:
+            await _remove_image(tag)

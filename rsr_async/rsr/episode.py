@@ -176,6 +176,7 @@ class EpisodeRunner:
                     outcome = msgspec.structs.replace(outcome, end_reason="error", error=killed)
         if verification is None:
             verification = Verification(reward=None, error=killed)
+        finished = time.time()  # the episode's time: the listing below is not the agent's
         # Only a success is ever audited; the listing is cached per image id.
         image_files = await self._image_files(spec, url) if verification.passed else None
         return EpisodeResult(
@@ -190,7 +191,7 @@ class EpisodeRunner:
             usage=outcome.usage,
             error=outcome.error,
             started_at=started,
-            finished_at=time.time(),
+            finished_at=finished,
             turns=outcome.turns,
             style=episode_style(outcome.trajectory, turns=outcome.turns),
             model=self._model.model_name,

@@ -34,6 +34,7 @@ __all__ = [
     "EpisodeResult",
     "EpisodeSpec",
     "EpisodeStyle",
+    "ImageFiles",
     "JobKey",
     "JobResult",
     "JobSpec",
@@ -284,6 +285,40 @@ class EpisodeStyle(msgspec.Struct, frozen=True, kw_only=True):
     """A claim was rejected (the episode went on) before the final one."""
 
 
+class ImageFiles(msgspec.Struct, frozen=True, kw_only=True):
+    """What one task image holds beyond the base image: its files, directories and links
+    (absolute paths) and the commands it adds, for the leak audit's sandbox knowledge.
+
+    Listed once per image id by :meth:`rsr_async.sandbox.SandboxPool.image_files` and
+    carried by every successful :class:`EpisodeResult` of the task, and from there by
+    its :class:`AuditSpec`. Shallowest paths first, then by name; at most
+    :data:`rsr_async.sandbox.images.IMAGE_FILES_MAX`.
+
+    Why it rides in the result rather than in a store table or a file of the run
+    directory keyed by image id: the audit runs on the head, with no sandbox, maybe in a
+    later ``verify`` or after a resume; in a Ray run the episode ran on a remote actor
+    whose Docker host and scratch directory the head cannot reach, and only the head
+    writes the store, from results. The result is the one thing that always travels
+    (over the wire unchanged, stored in the job's own transaction), and successors stay a
+    pure function of stored results, so a rerun rebuilds the same audit job. The cost is
+    a copy per successful episode and audit job: small, as only what the task added to
+    the base is kept (2 to 40 paths, at most 1.4 KB, for the bundled tasks)."""
+
+    image: str
+    """The image id (``sha256:...``) the episode ran on (a compose task: its main service's)."""
+    base: str = ""
+    """Id of the base image subtracted from the listing ("" when the host lacked it)."""
+    paths: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
+    """Names of the files in ``bin`` directories among :attr:`paths`."""
+    truncated: bool = False
+    """Not every path is here: over the cap (the deepest were dropped) or the listing hit
+    its deadline. A path left out is flagged as before: the audit is stricter, never laxer."""
+    listed_s: float = 0.0
+    """Seconds this image's listing took (its container's start, ``find``, the copy out;
+    the base image's, listed once per host, not included)."""
+
+
 class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     """What one episode produced. ``status`` and ``end_reason`` say how it ended."""
 
@@ -299,6 +334,9 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     turns: int = 0
     style: EpisodeStyle = EpisodeStyle()
     """Execution style; all defaults in stores written before this field existed."""
+    image_files: ImageFiles | None = None
+    """What the task image holds beyond the base (successful episodes in a Docker
+    sandbox); None when unlisted, in older stores, or when the listing failed."""
 
     @classmethod
     def partial_fields(cls, partial: Trajectory | None) -> dict[str, Any]:
@@ -310,7 +348,7 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
             "turns": sum(1 for m in partial.messages if m.origin == "model"),
         }
 
-    heavy: ClassVar[tuple[str, ...]] = ("trajectory", "verifier_output", "verifier_logs")
+    heavy: ClassVar[tuple[str, ...]] = ("trajectory", "verifier_output", "verifier_logs", "image_files")
 
     def columns(self) -> tuple[float | None, int | None]:
         return self.reward, self.turns
@@ -475,6 +513,9 @@ class AuditSpec(JobSpecBase, frozen=True, kw_only=True, tag="audit"):
 
     execution_key: str
     trajectory: Trajectory
+    image_files: ImageFiles | None = None
+    """The execution's task image beyond the base (from its :class:`EpisodeResult`): the
+    audit knows those paths exist. None in older stores: the base image only."""
 
 
 JobSpec: TypeAlias = EpisodeSpec | PlanSpec | CritiqueSpec | AuditSpec

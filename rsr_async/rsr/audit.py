@@ -4,7 +4,9 @@
 model action is flagged when neither the public instruction nor an earlier ``task`` or
 ``env`` message contains it. ``private`` (the runbook) and ``harness`` text never counts
 as seen: a value the model copied from its runbook is exactly the leak the audit exists
-to find.
+to find. A path the sandbox holds is no leak either: :func:`sandbox_knowledge` is the base
+image plus what the task image holds beyond it (:class:`~rsr_async.schema.ImageFiles`,
+listed by the sandbox pool and carried from the execution's result in its audit spec).
 
 The auditor (:func:`auditor_messages`) sees the public instruction, the public trajectory
 (no private or harness text) and the flagged values, and rules each one ``derivable`` or
@@ -20,11 +22,20 @@ from typing import Any
 from .._native import LeakScanner, SandboxKnowledge, compress_trajectory
 from ..errors import ReplyFormatError
 from ..llm.base import ChatMessage
-from ..schema import Leak, Trajectory
+from ..schema import ImageFiles, Leak, Trajectory
 from .planner import render_transcript
 from .prompts import json_objects, render_prompt, strip_reasoning
 
-__all__ = ["auditor_messages", "flag_values", "parse_audit"]
+__all__ = ["auditor_messages", "flag_values", "parse_audit", "sandbox_knowledge"]
+
+
+def sandbox_knowledge(image_files: ImageFiles | None) -> SandboxKnowledge:
+    """What exists in the task's sandbox: the base image's names, plus the paths and
+    commands of the task image when its listing is known (None: the base image only)."""
+    standard = SandboxKnowledge.standard()
+    if image_files is None or not (image_files.paths or image_files.commands):
+        return standard
+    return standard.with_image(paths=image_files.paths, commands=image_files.commands)
 
 
 def flag_values(

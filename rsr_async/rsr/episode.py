@@ -20,6 +20,7 @@ memory limit is the one to raise).
 
 from __future__ import annotations
 
+import logging
 import time
 
 import anyio
@@ -36,11 +37,13 @@ from ..llm.base import ChatModel
 from ..sandbox import SandboxPool
 from ..sandbox.base import Sandbox
 from ..sandbox.container import DockerSandbox
-from ..schema import EndReason, EpisodeResult, EpisodeSpec, Task, Trajectory
+from ..schema import EndReason, EpisodeResult, EpisodeSpec, ImageFiles, Task, Trajectory
 from ..tasks import verify
 from ..tasks.verifier import Verification
 
 __all__ = ["EpisodeRunner", "SnapshotGrader"]
+
+log = logging.getLogger(__name__)
 
 
 class SnapshotGrader:
@@ -140,6 +143,7 @@ class EpisodeRunner:
             return EpisodeOutcome(trajectory=last, end_reason=reason, turns=turns, usage=last.usage(), error=error)
 
         async with self._pool.sandbox(spec.task, key=str(spec.key)) as sandbox:
+            url = sandbox.url
             outcome: EpisodeOutcome | None = None
             verification: Verification | None = None
             killed: str | None = None  # why the agent's container is gone, when it killed it
@@ -172,6 +176,9 @@ class EpisodeRunner:
                     outcome = msgspec.structs.replace(outcome, end_reason="error", error=killed)
         if verification is None:
             verification = Verification(reward=None, error=killed)
+        finished = time.time()  # the episode's time: the listing below is not the agent's
+        # Only a success is ever audited; the listing is cached per image id.
+        image_files = await self._image_files(spec, url) if verification.passed else None
         return EpisodeResult(
             key=spec.key,
             status="succeeded" if verification.passed else "failed",
@@ -184,9 +191,21 @@ class EpisodeRunner:
             usage=outcome.usage,
             error=outcome.error,
             started_at=started,
-            finished_at=time.time(),
+            finished_at=finished,
             turns=outcome.turns,
             style=episode_style(outcome.trajectory, turns=outcome.turns),
             model=self._model.model_name,
             scripted=self._scripted,
+            image_files=image_files,
         )
+
+    async def _image_files(self, spec: EpisodeSpec, url: str) -> ImageFiles | None:
+        """What the task image holds beyond the base, for the leak audit; None when the
+        listing failed (said in the log): that execution's audit then knows only the base
+        image's paths, which is stricter, not laxer, and no reason to rerun the episode."""
+        try:
+            return await self._pool.image_files(spec.task, url=url)
+        except SandboxError as exc:
+            log.warning("%s: the task image's files could not be listed (%s); its audit "
+                        "knows only the base image's paths", spec.key, exc)
+            return None

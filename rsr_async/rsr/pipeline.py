@@ -20,12 +20,14 @@ is plan + critique + execute, ``verify`` is audit; ``export`` reads the store af
 from __future__ import annotations
 
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any
 
 import anyio
 
+from .._native import SandboxKnowledge
 from ..config import Config
 from ..engine import Job, JobContext
 from ..errors import ContextLengthError, ReplyFormatError
@@ -37,6 +39,7 @@ from ..schema import (
     CritiqueSpec,
     EpisodeResult,
     EpisodeSpec,
+    ImageFiles,
     JobKey,
     JobResult,
     PlanResult,
@@ -45,7 +48,7 @@ from ..schema import (
     Trajectory,
     Verdict,
 )
-from .audit import auditor_messages, flag_values, parse_audit
+from .audit import auditor_messages, flag_values, parse_audit, sandbox_knowledge
 from .critic import judge_messages, parse_judgement, rule_checks
 from .planner import compress_source, parse_runbook, planner_messages, render_runbook
 
@@ -266,6 +269,9 @@ class RewriteGraph:
                     task=job.spec.task,
                     execution_key=str(job.key),
                     trajectory=result.trajectory,
+                    # what the task image holds, listed where the execution ran (on a
+                    # remote actor too: it came back with the result)
+                    image_files=result.image_files,
                     affinity=f"audit:{_source_id(key)}:{key.runbook}#e{key.execution}",
                     seed=_seed(self._config.run.seed, key),
                 )
@@ -397,14 +403,40 @@ class CritiqueRunner(_ModelRunner):
 
 class AuditRunner(_ModelRunner):
     """Runs an :class:`AuditSpec`: the scanner flags values the model could not have seen;
-    the auditor rules each one derivable or leaked. No flag: kept without a model call."""
+    the auditor rules each one derivable or leaked. No flag: kept without a model call.
+
+    The scanner knows the sandbox: the base image and, when the spec carries it, what
+    the execution's task image holds beyond it (``AuditSpec.image_files``, listed by the
+    pool where the execution ran and stored with its result, so a later ``verify`` or a
+    resume on a head with no Docker reads it from the store). The knowledge of the last
+    few images is kept, as the M executions of a runbook share one.
+    """
+
+    _KNOWLEDGE_KEPT = 32
+
+    def __init__(self, model: ChatModel, *, scripted: bool, max_tokens: int | None = None) -> None:
+        super().__init__(model, scripted=scripted, max_tokens=max_tokens)
+        self._knowledge: OrderedDict[str, SandboxKnowledge] = OrderedDict()
+
+    def _sandbox(self, image_files: ImageFiles | None) -> SandboxKnowledge:
+        if image_files is None:
+            return sandbox_knowledge(None)
+        known = self._knowledge.get(image_files.image)
+        if known is None:
+            known = self._knowledge[image_files.image] = sandbox_knowledge(image_files)
+            if len(self._knowledge) > self._KNOWLEDGE_KEPT:
+                self._knowledge.popitem(last=False)
+        else:
+            self._knowledge.move_to_end(image_files.image)
+        return known
 
     async def __call__(self, job: Job, ctx: JobContext) -> AuditResult:
         spec = job.spec
         if not isinstance(spec, AuditSpec):
             raise TypeError(f"{job.key}: AuditRunner runs audit jobs, got {type(spec).__name__}")
         instruction = spec.task.instruction
-        flagged = tuple(flag_values(spec.trajectory, instruction=instruction))
+        flagged = tuple(flag_values(spec.trajectory, instruction=instruction,
+                                    sandbox=self._sandbox(spec.image_files)))
         subject = spec.execution_key
         if not flagged:
             verdict = Verdict(subject=subject, accepted=True, stage="audit")

@@ -6,40 +6,54 @@ filesystem made by ``debootstrap`` and imported; task images build from a task's
 of the directory's content and the base image's id, so an unchanged task never rebuilds.
 A build context never holds the task's hidden tests or reference solution
 (:func:`hidden_entries`), even when it is the task's root.
+
+What a task image holds beyond the base (:func:`list_image_paths`, :func:`beyond_base`,
+:class:`ImageListings`) is listed once per image id for the leak audit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import logging
 import os
+import posixpath
 import re
 import shutil
 import stat
 import subprocess
 import tarfile
 import tempfile
+import time
 import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
+from typing import Any, TypeVar
 
 import aiodocker
 import anyio
 import anyio.abc
+import msgspec
 from yarl import URL
 
 from ..config import SandboxConfig
 from ..errors import DockerUnavailableError, ImageBuildError, ImageError
 from ..lifeline import guarded_argv
-from ..schema import Task
+from ..schema import ImageFiles, Task
 from .container import docker_errors, permanent_status
 from .hosts import open_client
 
 __all__ = [
     "BASE_PACKAGES",
     "IMAGE_REFERENCE",
+    "IMAGE_FILES_MAX",
+    "IMAGE_FILES_TIMEOUT_S",
     "BuildOnce",
+    "ImageListing",
+    "ImageListings",
+    "beyond_base",
     "bootstrap_base_image",
     "bootstrap_problem",
     "build_context_image",
@@ -47,6 +61,7 @@ __all__ = [
     "context_digest",
     "hidden_entries",
     "image_id",
+    "list_image_paths",
     "ship_between",
     "ship_image",
     "task_image_repository",
@@ -63,6 +78,8 @@ _IMAGE_CHANGES = (
     'CMD ["/bin/bash"]',
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 )
+_T = TypeVar("_T")
+log = logging.getLogger(__name__)
 _DEBOOTSTRAP_TIMEOUT_S = 1800.0
 _LOG_TAIL = 4000
 
@@ -633,3 +650,257 @@ class BuildOnce:
         finally:
             del self._running[key]
             event.set()
+
+
+# ----------------------------------------------------------------------------- image files
+
+IMAGE_FILES_MAX = 5_000
+"""Most paths :class:`~rsr_async.schema.ImageFiles` keeps of one image beyond the base.
+
+Past it the deepest paths (then the last by name) are dropped and ``truncated`` says so:
+the audit then flags a dropped path as it did before any listing (stricter, never
+laxer). Every successful episode result carries the listing, so this caps its size
+(about 60 bytes a path). A task's own files are shallow (``/app/...``); what a large
+``pip install`` adds deep in ``site-packages`` is what goes first."""
+IMAGE_FILES_TIMEOUT_S = 60.0
+"""Deadline for one listing: the ``find`` is killed inside the container a little
+earlier, and what it printed by then is kept (marked ``truncated``)."""
+_LISTING_LINES_MAX = 200_000
+"""Lines the container keeps of its whole filesystem, base included (the base image has
+about 10,000): bounds what is copied out of a huge image."""
+_LISTING_DIR = "/tmp/.rsr-image-files"
+_LISTING_PRUNE = (
+    "/proc", "/sys", "/dev", "/run", "/tmp", "/usr/share/doc", "/usr/share/man",
+    "/usr/share/info", "/usr/share/locale", "/var/cache", "/var/lib/apt/lists",
+    "/var/lib/dpkg/info",
+)
+"""Never listed: kernel views and run-time directories (the audit knows ``/proc``,
+``/sys``, ``/dev``, ``/tmp``, ``/run`` whole), and package documentation and caches,
+large and never typed by path."""
+_BIN_DIRS = frozenset({"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"})
+
+
+def _listing_script(find_timeout_s: float) -> str:
+    prunes = " -o ".join(f"-path {p}" for p in _LISTING_PRUNE)
+    # find's exit status goes to its own file: sh has no pipefail. `head` bounds what is
+    # kept (find dies of SIGPIPE past it, which the line count reveals).
+    # git's object store is listed, not its thousands of objects.
+    line = "-printf '%d\\t%y\\t%p\\n'"
+    return (
+        f"mkdir -p {_LISTING_DIR} && "
+        f"{{ timeout -s KILL {find_timeout_s:.0f} find / -xdev "
+        f"\\( {prunes} -o -name __pycache__ \\) -prune "
+        f"-o -path '*/.git/objects' -prune {line} "
+        f"-o \\( -type f -o -type d -o -type l \\) ! -name '*[[:cntrl:]]*' {line} 2>/dev/null; "
+        f"echo $? > {_LISTING_DIR}/status; }} | head -n {_LISTING_LINES_MAX + 1} > {_LISTING_DIR}/found"
+    )
+
+
+class ImageListing(msgspec.Struct, frozen=True, kw_only=True):
+    """One image's whole filesystem as ``find`` saw it (the pruned trees left out)."""
+
+    paths: dict[str, int]
+    """Path → depth (``/`` is 0, ``/app`` is 1)."""
+    complete: bool
+    """False when ``find`` hit its deadline or the listing its line cap."""
+    seconds: float
+
+
+def _read_listing(archive: tarfile.TarFile) -> tuple[dict[str, int], bool]:
+    """Path → depth from the copied-out listing, and whether it is complete."""
+    found = status = b""
+    for member in archive.getmembers():
+        handle = archive.extractfile(member) if member.isfile() else None
+        if handle is not None:
+            name = posixpath.basename(member.name)
+            if name == "found":
+                found = handle.read()
+            elif name == "status":
+                status = handle.read()
+    paths: dict[str, int] = {}
+    lines = found.decode("utf-8", errors="replace").splitlines()
+    for line in lines[:_LISTING_LINES_MAX]:
+        depth, _, rest = line.partition("\t")
+        kind, _, path = rest.partition("\t")
+        if depth.isdigit() and kind in ("f", "d", "l") and path.startswith("/") and path.isprintable():
+            paths[path] = int(depth)
+    # 1: find could not read some entry and listed the rest; 137 (killed at its deadline)
+    # or 141 (SIGPIPE past the line cap): cut short.
+    complete = status.strip() in (b"0", b"1") and len(lines) <= _LISTING_LINES_MAX
+    return paths, complete
+
+
+async def _remove_container(docker: aiodocker.Docker, container_id: str, *, timeout_s: float) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(timeout_s), contextlib.suppress(
+        aiodocker.DockerError, OSError
+    ):
+        await docker.containers.container(container_id).delete(force=True, v=True)
+
+
+async def list_image_paths(
+    docker: aiodocker.Docker,
+    image: str,
+    *,
+    labels: dict[str, str],
+    url: str = "",
+    api_timeout_s: float,
+    timeout_s: float = IMAGE_FILES_TIMEOUT_S,
+    start_slot: Callable[[], Awaitable[anyio.Semaphore]] | None = None,
+) -> ImageListing:
+    """Every file, directory and link of ``image``, from one short-lived container.
+
+    The container (labelled ``labels``: the pool's, so its sweeps cover it; no network,
+    root, the pool's capabilities) runs ``find / -xdev`` with the prunes of
+    :data:`_LISTING_PRUNE`, killed after ``timeout_s`` less a margin; the listing is
+    copied out (``GET /containers/{id}/archive``, whatever the log driver) and the
+    container removed, shielded, whatever happens. ``start_slot``: the host's start
+    limiter (held from create to start, as for every container). Raises
+    :class:`SandboxError` (its subclasses) when Docker fails or the deadline passes; an
+    image with no ``sh`` or GNU ``find`` lists empty and incomplete.
+    """
+    started = time.monotonic()
+    where = f"list the files of image {image}"
+    config: dict[str, Any] = {
+        "Image": image,
+        "Entrypoint": ["/bin/sh", "-c"],
+        "Cmd": [_listing_script(max(1.0, timeout_s - 10.0))],
+        "User": "0:0",
+        "WorkingDir": "/",
+        "Labels": labels,
+        "NetworkDisabled": True,
+        "AttachStdout": False,
+        "AttachStderr": False,
+        "HostConfig": {
+            "NetworkMode": "none",
+            "Memory": 512 * 1024 * 1024,
+            "MemorySwap": 512 * 1024 * 1024,
+            "PidsLimit": 64,
+            "CapDrop": ["ALL"],
+            "CapAdd": ["DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER"],
+            "SecurityOpt": ["no-new-privileges"],
+            "AutoRemove": False,
+        },
+    }
+    container_id: str | None = None
+    try:
+        with docker_errors(where, url=url, error=ImageError):
+            slot = await start_slot() if start_slot is not None else None
+            try:
+                # Shielded: a create the daemon finishes after we stopped listening would
+                # be a container nobody knows the id of (the sweeps would still find it).
+                with anyio.CancelScope(shield=True), anyio.fail_after(api_timeout_s):
+                    container = await docker.containers.create(config)
+                container_id = str(container.id)
+                with anyio.fail_after(api_timeout_s):
+                    await container.start()
+            finally:
+                if slot is not None:
+                    slot.release()
+            with anyio.fail_after(timeout_s):
+                await container.wait(timeout=timeout_s)
+            with anyio.fail_after(api_timeout_s):
+                archive = await container.get_archive(_LISTING_DIR)
+        paths, complete = await anyio.to_thread.run_sync(_read_listing, archive)
+    finally:
+        if container_id is not None:
+            await _remove_container(docker, container_id, timeout_s=api_timeout_s)
+    if not paths:
+        # Not Docker's trouble: the same image lists empty every time, so this is the
+        # answer (kept per image id: nothing beyond the base is known, said as truncated).
+        log.warning("%s: the listing came back empty (no /bin/sh, or no GNU find with "
+                    "-printf, in the image?); the audit knows only the base image's paths", where)
+        complete = False
+    return ImageListing(paths=paths, complete=complete, seconds=time.monotonic() - started)
+
+
+def beyond_base(
+    listing: ImageListing,
+    base: ImageListing | None,
+    *,
+    image: str,
+    base_id: str = "",
+    cap: int = IMAGE_FILES_MAX,
+) -> ImageFiles:
+    """The paths of ``listing`` that ``base`` lacks, shallowest first then by name, at most
+    ``cap``; the commands are the names of those in ``bin`` directories.
+
+    Every path kept is one ``find`` saw in the image, so an incomplete base listing can
+    only add true paths, never invent one."""
+    known = base.paths if base is not None else {}
+    new = sorted((depth, path) for path, depth in listing.paths.items() if path not in known)
+    kept = [path for _, path in new[:cap]]
+    commands = sorted({posixpath.basename(p) for p in kept if posixpath.dirname(p) in _BIN_DIRS})
+    return ImageFiles(
+        image=image,
+        base=base_id,
+        paths=tuple(kept),
+        commands=tuple(commands),
+        truncated=len(new) > cap or not listing.complete,
+        listed_s=round(listing.seconds, 3),
+    )
+
+
+class ImageListings:
+    """:class:`~rsr_async.schema.ImageFiles` per image id, listed once (single flight),
+    with the base image's own listing (once per base id) subtracted.
+
+    Kept in memory by one :class:`~rsr_async.sandbox.SandboxPool`: a later process lists
+    an image again (about a second, once), while the listings it already made travel in
+    the results it stored. A failed listing is not remembered: the next request tries
+    again.
+    """
+
+    def __init__(self) -> None:
+        self._bases: dict[str, ImageListing] = {}
+        self._files: dict[str, ImageFiles] = {}
+        self._running: dict[str, anyio.Event] = {}
+
+    async def _once(self, done: dict[str, _T], key: str, make: Callable[[], Awaitable[_T]]) -> _T:
+        while key not in done:
+            event = self._running.get(key)
+            if event is not None:
+                await event.wait()
+                continue  # done, or failed: then this request tries itself
+            event = self._running[key] = anyio.Event()
+            try:
+                done[key] = await make()
+            finally:
+                del self._running[key]
+                event.set()
+        return done[key]
+
+    async def files(
+        self,
+        docker: aiodocker.Docker,
+        image: str,
+        *,
+        base_image: str,
+        labels: dict[str, str],
+        url: str = "",
+        api_timeout_s: float,
+        timeout_s: float = IMAGE_FILES_TIMEOUT_S,
+        start_slot: Callable[[], Awaitable[anyio.Semaphore]] | None = None,
+    ) -> ImageFiles:
+        """What ``image`` holds beyond ``base_image`` on this Docker host (the arguments
+        are :func:`list_image_paths`'s)."""
+        with docker_errors(f"image {image}", url=url, error=ImageError):
+            task_id = await image_id(docker, image, timeout_s=api_timeout_s)
+            base_id = await image_id(docker, base_image, timeout_s=api_timeout_s)
+        if task_id is None:
+            raise ImageError(f"list the files of image {image}: it is not on {url or 'the host'}")
+        if task_id == base_id:
+            return ImageFiles(image=task_id, base=base_id)  # nothing beyond the base
+
+        def lister(name: str) -> Callable[[], Awaitable[ImageListing]]:
+            return lambda: list_image_paths(docker, name, labels=labels, url=url,
+                                            api_timeout_s=api_timeout_s, timeout_s=timeout_s,
+                                            start_slot=start_slot)
+
+        async def diffed() -> ImageFiles:
+            base = None
+            if base_id is not None:
+                base = await self._once(self._bases, f"base\0{base_id}", lister(base_image))
+            listing = await lister(image)()
+            return beyond_base(listing, base, image=task_id, base_id=base_id or "")
+
+        return await self._once(self._files, task_id, diffed)

@@ -34,7 +34,7 @@ import msgspec
 
 from ..config import SandboxConfig
 from ..errors import ContainerError, DockerUnavailableError, ImageError, SandboxError, TaskError
-from ..schema import Task
+from ..schema import ImageFiles, Task
 from .compose import (
     MAIN_SERVICE,
     ComposeService,
@@ -45,7 +45,14 @@ from .compose import (
 )
 from .container import DockerSandbox, docker_errors, permanent_status
 from .hosts import DockerHost, open_client
-from .images import BuildOnce, build_context_image, build_task_image, image_id, ship_image
+from .images import (
+    BuildOnce,
+    ImageListings,
+    build_context_image,
+    build_task_image,
+    image_id,
+    ship_image,
+)
 
 __all__ = [
     "CLAIMS_NAME",
@@ -502,6 +509,7 @@ class SandboxPool:
         self._leases: dict[str, tuple[str, Any]] = {}
         """Host URL → (lease container id, its attached stdin stream), see LABEL_LEASE."""
         self._ships = BuildOnce()
+        self._listings = ImageListings()
         self._images_shipped = 0
         self._build_limiter = anyio.Semaphore(max(1, config.build_concurrency))
         self._started = 0
@@ -885,6 +893,31 @@ class SandboxPool:
             return tag
 
         return await self._builds.get(key, build)
+
+    async def image_files(self, task: Task, *, url: str | None = None) -> ImageFiles:
+        """What the task's image (a compose task: its ``main`` service's) holds beyond the
+        base image, listed on host ``url`` (default: the first up) once per image id.
+
+        For the leak audit: the episode runner puts it in the episode's result, so it
+        reaches the head with the outcome even from a remote actor. The listing runs in a
+        short-lived container labelled like every container of this pool (its sweeps
+        cover it) and removed at once; see :func:`~rsr_async.sandbox.images.list_image_paths`
+        for its prunes, cap and deadline. Raises :class:`SandboxError` when it fails.
+        """
+        # Only the episode's own host: elsewhere the image might have to be built first.
+        host = next((h for h in self._hosts if h.up and url in (None, h.url)), None)
+        if host is None:
+            raise DockerUnavailableError(
+                f"task {task.name!r}: {url or 'no Docker host'} is not up to list its image"
+            )
+        image = await self._ensure_on(host, task)
+        labels = self._labels(task, "image-files")
+        if host.url in self._leases:
+            labels[LABEL_LEASE] = LEASE_HELD
+        return await self._listings.files(
+            host.docker, image, base_image=self.config.base_image, labels=labels, url=host.url,
+            api_timeout_s=self.config.api_timeout_s, start_slot=host.start_slot,
+        )
 
     # ------------------------------------------------------------------ compose tasks
 

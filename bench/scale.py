@@ -54,7 +54,8 @@
    waits for a slot in between). ``ray_overhead_s_per_episode`` is the difference of
    those means, Ray minus plain: what Ray adds to each episode's life (the hand-over to
    the actor, the actor's and Ray's processes on the same two cores); bringing the
-   outcome back is not in the store and not counted. ``ray_fixed_overhead_s`` is the
+   outcome back is not in the store and not counted. Of it, ``ray_handover_s_per_episode``
+   is the hand-over: the head marking the episode running to its runner starting it. ``ray_fixed_overhead_s`` is the
    difference of the time outside the span, paid once per run (Ray's instance starting
    and stopping, the actor opening and closing its runtime).
 
@@ -291,6 +292,9 @@ def _episode_run(tasks: list[str], attempts: int, concurrency: int, extra: list[
         summary = json.loads((run_dir / "summary.json").read_text())
         with Store.open_readonly(run_dir) as store:
             rows = store.rows(stage="discover")
+            # The row's start is the head marking the job running; the result's is the
+            # runner (on the actor, with Ray) starting it.
+            runner_started = {str(r.key): r.started_at for r in store.results(stage="discover")}
         run_id = run_id_for(run_dir)
         left = _containers(run_id) + _containers(f"{run_id}-a0")
     first = min(r.started_at or 0.0 for r in rows)
@@ -306,6 +310,8 @@ def _episode_run(tasks: list[str], attempts: int, concurrency: int, extra: list[
         "outside_episodes_s": round(summary["wall_s"] - span, 2),
         "mean_episode_s": round(statistics.fmean(
             (r.finished_at or 0.0) - (r.started_at or 0.0) for r in rows), 3),
+        "mean_handover_s": round(statistics.fmean(
+            (runner_started[r.key] or 0.0) - (r.started_at or 0.0) for r in rows), 3),
         "wall_s": round(summary["wall_s"], 2),
         "process_wall_s": round(wall, 2),
         "containers_left": len(left),
@@ -332,7 +338,8 @@ def _episode_part(args: Any) -> dict[str, Any]:
     def median(runs: list[dict[str, Any]], key: str) -> float:
         return round(float(statistics.median(r[key] for r in runs)), 3)
 
-    keys = ("episodes_per_min", "episodes_per_min_over_span", "span_s", "outside_episodes_s", "mean_episode_s")
+    keys = ("episodes_per_min", "episodes_per_min_over_span", "span_s", "outside_episodes_s", "mean_episode_s",
+            "mean_handover_s")
     med = {name: {key: median(runs, key) for key in keys} for name, runs in (("plain", plain), ("ray", ray))}
     return {
         "model": "scripted stand-in behind the embedded simulator (a test double, not a model)",
@@ -344,6 +351,8 @@ def _episode_part(args: Any) -> dict[str, Any]:
         "same_outcomes": same,
         "median": med,
         "ray_overhead_s_per_episode": round(med["ray"]["mean_episode_s"] - med["plain"]["mean_episode_s"], 3),
+        "ray_handover_s_per_episode": round(
+            med["ray"]["mean_handover_s"] - med["plain"]["mean_handover_s"], 3),
         "ray_fixed_overhead_s": round(
             med["ray"]["outside_episodes_s"] - med["plain"]["outside_episodes_s"], 2),
         "ray_vs_plain_episodes_per_min": round(
@@ -424,6 +433,7 @@ def main(argv: list[str]) -> int:
         "head_cores_busy": ray["head_cores_busy"],
         "needed": f"{CLUSTER_MACHINES} machines x {EPISODES_PER_MACHINE} episodes / {EPISODE_S:g} s episodes",
         "ray_overhead_s_per_episode": episodes["ray_overhead_s_per_episode"] if episodes else None,
+        "ray_handover_s_per_episode": episodes["ray_handover_s_per_episode"] if episodes else None,
         "ray_fixed_overhead_s": episodes["ray_fixed_overhead_s"] if episodes else None,
         "floors": {"capacity_ratio": {"min": CAPACITY_RATIO_FLOOR, "ok": not missed}},
         "floors_met": not missed,

@@ -95,10 +95,11 @@ def test_the_same_episodes_with_and_without_ray(tmp_path: Path, ray_tmpdir: Path
     assert episodes["containers_left"] == 0
     for run in episodes["runs"]["plain"] + episodes["runs"]["ray"]:
         assert run["episodes"] == 2 and run["infra_errors"] == 0
-        assert run["mean_episode_s"] <= run["span_s"] <= run["wall_s"]
+        assert 0 <= run["mean_handover_s"] < run["mean_episode_s"] <= run["span_s"] <= run["wall_s"]
     median = episodes["median"]
     assert episodes["ray_overhead_s_per_episode"] == pytest.approx(
         median["ray"]["mean_episode_s"] - median["plain"]["mean_episode_s"], abs=0.002)
     assert result["ray_overhead_s_per_episode"] == episodes["ray_overhead_s_per_episode"]
     assert result["ray_fixed_overhead_s"] == episodes["ray_fixed_overhead_s"]
+    assert result["ray_handover_s_per_episode"] == episodes["ray_handover_s_per_episode"]
     assert median["ray"]["outside_episodes_s"] > median["plain"]["outside_episodes_s"]  # Ray's start-up

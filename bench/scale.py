@@ -371,6 +371,7 @@ def _hosts_part(args: Any) -> dict[str, Any]:
     if not args.hosts:
         return {"measured": False, "how": "python -m rsr_async bench hosts --json FILE "
                 "(or bench scale --hosts): episodes/min over one Docker daemon vs two on this machine"}
+    _say(f"bench hosts --repeat {args.repeat} (a private second dockerd)")
     with tempfile.TemporaryDirectory(prefix="rsr-bench-scale-hosts-") as tmp:
         out = Path(tmp) / "hosts.json"
         done = subprocess.run([sys.executable, "-m", "rsr_async", "bench", "hosts", "--repeat",

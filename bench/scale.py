@@ -54,8 +54,10 @@
    waits for a slot in between). ``ray_overhead_s_per_episode`` is the difference of
    those means, Ray minus plain: what Ray adds to each episode's life (the hand-over to
    the actor, the actor's and Ray's processes on the same two cores); bringing the
-   outcome back is not in the store and not counted. Of it, ``ray_handover_s_per_episode``
-   is the hand-over: the head marking the episode running to its runner starting it. ``ray_fixed_overhead_s`` is the
+   outcome back is not in the store and not counted; on a shared machine it can come out
+   negative, the episodes' own times varying by more than Ray adds. Of it,
+   ``ray_handover_s_per_episode`` is the hand-over: the head marking the episode running
+   to its runner starting it. ``ray_fixed_overhead_s`` is the
    difference of the time outside the span, paid once per run (Ray's instance starting
    and stopping, the actor opening and closing its runtime).
 

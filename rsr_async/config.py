@@ -348,6 +348,9 @@ class ClusterConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Deadline of one control call to an actor (past ``poll_wait_s`` for a poll)."""
     start_timeout_s: Positive = 900.0
     """Deadline for an actor to open its runtime (a fresh node bootstraps the base image)."""
+    replace_lost: Count = 4
+    """Replacement actors a run may start, each on the node of an actor lost while that
+    node stays alive (0: a lost actor's work goes to the others only)."""
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

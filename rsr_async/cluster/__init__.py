@@ -88,6 +88,7 @@ async def cluster_runtime(
             batch_window_s=cluster.batch_window_ms / 1000.0,
             poll_wait_s=cluster.poll_wait_s,
             on_lost=fleet.on_lost,
+            replace=fleet.replace,
         )
         tg = await stack.enter_async_context(anyio.create_task_group())
         await tg.start(dispatcher.serve)

@@ -18,12 +18,16 @@ A remote that fails a call (its actor died, its node was lost) is *lost*: its in
 attempts raise :class:`~rsr_async.errors.RunnerLostError` (an infrastructure error the
 engine retries, on the remotes left), attempts not yet sent are placed again, and
 ``on_lost`` is told (the Ray backend kills the actor for certain and has the survivors
-sweep its containers). Nothing is stored twice: only the engine stores, once per job.
+sweep its containers). ``replace``, when given, may bring a new remote in its place (the
+Ray backend starts one on the lost actor's node if that node is alive); placement waits
+for it rather than fail while it is the only hope. Nothing is stored twice: only the
+engine stores, once per job.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -47,6 +51,8 @@ from .wire import (
 )
 
 __all__ = ["DispatchStats", "Dispatcher", "Remote"]
+
+log = logging.getLogger(__name__)
 
 
 class Remote(Protocol):
@@ -101,6 +107,8 @@ class _Link:
         self.remote = remote
         self.name = remote.name
         self.alive = True
+        self.done = 0
+        """Outcomes collected from it."""
         self.in_flight: dict[str, _Waiter] = {}
         """Placed here, sent or not, until its outcome arrives."""
         self.pending: list[_Waiter] = []
@@ -128,6 +136,7 @@ class Dispatcher:
         batch_window_s: float = 0.005,
         poll_wait_s: float = 1.0,
         on_lost: Callable[[str, BaseException], Awaitable[None]] | None = None,
+        replace: Callable[[str], Awaitable[Remote | None]] | None = None,
     ) -> None:
         if not remotes:
             raise HarnessError("a dispatcher needs at least one remote runner")
@@ -136,6 +145,7 @@ class Dispatcher:
         self._window_s = batch_window_s
         self._poll_wait_s = poll_wait_s
         self._on_lost = on_lost
+        self._replace = replace
         self._room = anyio.Event()
         """Set when a slot frees up on some remote (or one is lost)."""
         self._next = 0
@@ -143,12 +153,25 @@ class Dispatcher:
         self._batches = 0
         self._polls = 0
         self._lost: list[str] = []
+        self._replacing = 0
+        """Losses whose ``on_lost`` is still running (it may bring a replacement)."""
         self._tg: anyio.abc.TaskGroup | None = None
 
     @property
     def remotes(self) -> list[Remote]:
-        """The remotes it was given, lost ones included."""
+        """The remotes it was given or took on since, lost ones included."""
         return [link.remote for link in self._links]
+
+    def add(self, remote: Remote) -> None:
+        """Place on ``remote`` too, from now on (a replacement for a lost one)."""
+        if self._tg is None:
+            raise HarnessError("Dispatcher.add: the dispatcher is not serving")
+        if any(link.name == remote.name for link in self._links):
+            raise HarnessError(f"Dispatcher.add: a remote named {remote.name!r} is known already")
+        link = _Link(remote)
+        self._links.append(link)
+        self._tg.start_soon(self._drive, link)
+        self._room.set()
 
     @property
     def capacity(self) -> int:
@@ -190,11 +213,11 @@ class Dispatcher:
     async def _place(self, job: Job) -> _Link:
         while True:
             alive = [link for link in self._links if link.alive]
-            if not alive:
+            if not alive and not self._replacing:
                 raise RunnerLostError(
                     f"every remote runner is lost ({', '.join(self._lost)}); no node is left to run on"
                 )
-            link = self._choose(job, alive)
+            link = self._choose(job, alive) if alive else None
             if link is not None:
                 return link
             if self._room.is_set():
@@ -291,6 +314,7 @@ class Dispatcher:
             self._polls += 1
             link.live_sandboxes = reply.live_sandboxes
             link.peak_sandboxes = max(link.peak_sandboxes, reply.peak_sandboxes)
+            link.done += len(reply.outcomes)
             for outcome in reply.outcomes:
                 waiter = link.in_flight.pop(outcome.key, None)
                 if waiter is not None:
@@ -309,10 +333,28 @@ class Dispatcher:
         for waiter in waiters:
             waiter.lost = lost
             waiter.event.set()
+        if self._replace is not None and self._tg is not None:
+            # In the dispatcher's own task group: this remote's is cancelled already, and
+            # a replacement starting (seconds, minutes on a fresh node) must not hold up
+            # a shutdown.
+            self._replacing += 1
+            self._tg.start_soon(self._bring_replacement, link.name)
         self._room.set()
         if self._on_lost is not None:
             with anyio.CancelScope(shield=True):
                 await self._on_lost(link.name, exc)
+
+    async def _bring_replacement(self, name: str) -> None:
+        replacement: Remote | None = None
+        try:
+            replacement = await self._replace(name) if self._replace is not None else None
+        except Exception as exc:  # a failed replacement leaves the others running
+            log.warning("no replacement for lost remote %s: %s: %s", name, type(exc).__name__, exc)
+        finally:
+            self._replacing -= 1
+            self._room.set()  # placement waiting on a replacement: there is one, or none
+        if replacement is not None:
+            self.add(replacement)
 
     # ------------------------------------------------------------------ numbers
 
@@ -332,6 +374,10 @@ class Dispatcher:
     def in_flight_on(self, name: str) -> int:
         """Attempts placed on the remote called ``name`` and not yet back."""
         return sum(len(link.in_flight) for link in self._links if link.name == name)
+
+    def done_on(self, name: str) -> int:
+        """Outcomes the remote called ``name`` sent back."""
+        return sum(link.done for link in self._links if link.name == name)
 
 
 def _weight(affinity: bytes, name: str) -> int:

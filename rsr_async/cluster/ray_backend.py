@@ -138,18 +138,47 @@ class RayFleet:
     swept: int = 0
     """Containers of lost actors removed by the survivors so far."""
     on_notice: Callable[[str], None] | None = None
+    spawn: Callable[[int, bytes, str], Any] | None = None
+    """Starts actor ``index`` with an encoded config on a node: what :meth:`replace` uses."""
+    configs: dict[str, bytes] = field(default_factory=dict)
+    """Remote name → the encoded config it was started with (its share of the servers)."""
+    replacements_left: int = 0
+    failures: list[str] = field(default_factory=list)
+    """Why actors did not start (each said once, as a warning)."""
+    started: list[Any] = field(default_factory=list)
+    """Every actor handle started, replacements too (all stopped at the end)."""
 
     lost: list[RayRemote] = field(default_factory=list)
+
+    def _say(self, message: str) -> None:
+        _log.warning(message)
+        if self.on_notice is not None:
+            self.on_notice(message)
 
     async def on_lost(self, name: str, exc: BaseException) -> None:
         lost = next(r for r in self.remotes if r.name == name)
         self.lost.append(lost)
-        message = f"warning: lost {name} (node {self.nodes.get(name, '?')[:12]}): {exc}; its attempts are retried"
-        _log.warning(message)
-        if self.on_notice is not None:
-            self.on_notice(message)
+        self._say(f"warning: lost {name} (node {self.nodes.get(name, '?')[:12]}): {exc}; its attempts are retried")
         await anyio.to_thread.run_sync(lambda: self.ray.kill(lost.actor, no_restart=True))
         await self.sweep_lost()
+
+    async def replace(self, name: str) -> RayRemote | None:
+        """A new actor on the node of lost ``name``, with its share of the model servers,
+        when ``cluster.replace_lost`` allows one more and that node is alive; else None."""
+        node_id = self.nodes.get(name, "")
+        if self.spawn is None or self.replacements_left <= 0 or not node_id:
+            return None
+        nodes = await anyio.to_thread.run_sync(self.ray.nodes)
+        if not any(n.get("NodeID") == node_id and n.get("Alive") for n in nodes):
+            return None  # the node went with it: its work stays with the others
+        self.replacements_left -= 1
+        index = len(self.started)
+        remote: RayRemote | None = await self.spawn(index, self.configs[name], node_id)
+        if remote is None:
+            self._say(f"warning: no replacement for {name}: {self.failures[-1]}")
+        else:
+            self._say(f"ray: {remote.name} replaces {name} on node {node_id[:12]}")
+        return remote
 
     async def sweep_lost(self) -> None:
         """Have every surviving actor remove the lost actors' containers on its hosts.
@@ -196,55 +225,55 @@ async def ray_remotes(
     count = len(usable) * cluster.actors_per_node
     capacity = max(1, math.ceil(config.run.concurrency / count))
     actor_class = ray.remote(EpisodeActor)
-    started: list[tuple[Any, str, str]] = []
-    for index in range(count):
-        node_id = usable[index % len(usable)]["NodeID"]
-        encoded = msgspec.json.encode(actor_config(config, index, count, capacity))
+    fleet = RayFleet(ray=ray, remotes=[], on_notice=on_notice,
+                     replacements_left=cluster.replace_lost)
+    failures = fleet.failures
+
+    async def spawn(index: int, encoded: bytes, node_id: str) -> RayRemote | None:
+        """Start actor ``index`` on ``node_id`` and wait for its runtime; None (the
+        reason in ``failures``) when it does not open."""
+        name = f"actor-{index}"
         actor = actor_class.options(
             num_cpus=cluster.actor_cpus,
             max_concurrency=64,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote(encoded, index=index, run_id=run_id, tasks_dir=tasks_dir, mode=mode,
                  trivial_latency_s=trivial_latency_s)
-        started.append((actor, f"actor-{index}", node_id))
-    fleet = RayFleet(ray=ray, remotes=[], on_notice=on_notice)
+        fleet.started.append(actor)
+        try:
+            with anyio.fail_after(cluster.start_timeout_s):
+                await actor.start.remote()
+        except TimeoutError:
+            failures.append(f"{name}: did not open its runtime within cluster.start_timeout_s="
+                            f"{cluster.start_timeout_s:g} s")
+            return None
+        except ray.exceptions.RayError as exc:
+            failures.append(f"{name}: {_cause(exc)}")
+            return None
+        remote = RayRemote(ray, actor, name=name, capacity=capacity, run_id=actor_run_id(run_id, index),
+                           call_timeout_s=cluster.call_timeout_s, node_id=node_id)
+        fleet.remotes.append(remote)
+        fleet.nodes[name] = node_id
+        fleet.configs[name] = encoded
+        return remote
+
     try:
-        failures: list[str] = []
-
-        async def start(index: int, actor: Any, name: str, node_id: str) -> None:
-            try:
-                with anyio.fail_after(cluster.start_timeout_s):
-                    await actor.start.remote()
-            except TimeoutError:
-                failures.append(f"{name}: did not open its runtime within cluster.start_timeout_s="
-                                f"{cluster.start_timeout_s:g} s")
-                return
-            except ray.exceptions.RayError as exc:
-                failures.append(f"{name}: {_cause(exc)}")
-                return
-            fleet.remotes.append(RayRemote(
-                ray, actor, name=name, capacity=capacity, run_id=actor_run_id(run_id, index),
-                call_timeout_s=cluster.call_timeout_s, node_id=node_id,
-            ))
-            fleet.nodes[name] = node_id
-
         async with anyio.create_task_group() as tg:
-            for index, (actor, name, node_id) in enumerate(started):
-                tg.start_soon(start, index, actor, name, node_id)
+            for index in range(count):
+                encoded = msgspec.json.encode(actor_config(config, index, count, capacity))
+                tg.start_soon(spawn, index, encoded, usable[index % len(usable)]["NodeID"])
         fleet.remotes.sort(key=lambda r: r.name)
         if not fleet.remotes:
             raise InfraError("no episode actor could start: " + "; ".join(failures))
         for failure in failures:
-            message = f"warning: an episode actor did not start and gets no work: {failure}"
-            _log.warning(message)
-            if on_notice is not None:
-                on_notice(message)
+            fleet._say(f"warning: an episode actor did not start and gets no work: {failure}")
+        fleet.spawn = spawn
         yield fleet
     finally:
         with anyio.CancelScope(shield=True):
             await fleet.sweep_lost()
             async with anyio.create_task_group() as tg:
-                for actor, _, _ in started:
+                for actor in fleet.started:
                     tg.start_soon(_stop, ray, actor, cluster.call_timeout_s)
 
 

@@ -171,6 +171,66 @@ async def test_a_lost_remote_s_attempts_are_retried_on_the_others_and_stored_onc
     assert not finished_twice  # what the lost remote finished and reported is not rerun
 
 
+async def test_the_only_remote_lost_is_replaced_and_the_run_goes_on_there(tmp_path: Path) -> None:
+    fakes = [FakeRunner(latency_s=(0.05, 0.2)), FakeRunner(latency_s=(0.0, 0.05))]
+    jobs = make_jobs(200)
+    async with remotes(fakes, capacity=50) as made, anyio.create_task_group() as tg:
+        first, spare = made
+        asked: list[str] = []
+
+        async def replace(name: str) -> LosableRemote:
+            asked.append(name)
+            # While it "starts", placement waits for it instead of failing the attempts:
+            # no remote is alive now.
+            await wait_until(lambda: dispatcher.statistics().alive == 0)
+            return spare
+
+        dispatcher = Dispatcher([first], replace=replace)
+        await tg.start(dispatcher.serve)
+
+        async def lose_when_busy() -> None:
+            await wait_until(lambda: dispatcher.in_flight_on("remote-0") >= 30 and bool(fakes[0].finished))
+            first.lose()
+
+        async with Engine(config(50, infra_retries=2), runner=dispatcher, run_dir=tmp_path) as engine:
+            tg.start_soon(lose_when_busy)
+            results = await run_all(engine, jobs)
+        stats = dispatcher.statistics()
+        tg.cancel_scope.cancel()
+    assert asked == ["remote-0"]
+    assert stats.lost == ("remote-0",) and stats.remotes == 2 and stats.alive == 1
+    assert dispatcher.done_on("remote-1") == len(fakes[1].finished) > 0  # the replacement worked
+    assert sorted(str(r.key) for r in results) == sorted(str(j.key) for j in jobs)
+    assert {r.status for r in results} == {"succeeded"}  # every attempt waited for it, none failed
+    # Run again: at most what the lost remote finished but never got to report.
+    twice = set(fakes[0].finished) & set(fakes[1].finished)
+    assert len(twice) <= len(fakes[0].finished) - dispatcher.done_on("remote-0")
+
+
+async def test_a_failed_replacement_leaves_the_others_running(tmp_path: Path) -> None:
+    fakes = [FakeRunner(latency_s=(0.02, 0.1)), FakeRunner(latency_s=(0.02, 0.1))]
+    jobs = make_jobs(150)
+
+    async def replace(name: str) -> None:
+        raise RuntimeError(f"no node for {name}")
+
+    async with remotes(fakes, capacity=40) as made, anyio.create_task_group() as tg:
+        dispatcher = Dispatcher(made, replace=replace)
+        await tg.start(dispatcher.serve)
+
+        async def lose_when_busy() -> None:
+            await wait_until(lambda: dispatcher.in_flight_on("remote-1") >= 10)
+            made[1].lose()
+
+        async with Engine(config(80, infra_retries=2), runner=dispatcher, run_dir=tmp_path) as engine:
+            tg.start_soon(lose_when_busy)
+            results = await run_all(engine, jobs)
+        stats = dispatcher.statistics()
+        tg.cancel_scope.cancel()
+    assert stats.lost == ("remote-1",) and stats.remotes == 2 and stats.alive == 1
+    assert {r.status for r in results} == {"succeeded"} and len(results) == 150
+
+
 async def test_a_deadline_cancels_the_remote_attempt_and_keeps_its_partial_trajectory(tmp_path: Path) -> None:
     jobs = make_jobs(3)
     hang = {str(jobs[1].key)}

@@ -56,7 +56,8 @@ async def trivial_fleet(address: str, config: Config, run_id: str) -> AsyncItera
         ray_remotes(config, run_id=run_id, mode="trivial") as fleet,
         anyio.create_task_group() as tg,
     ):
-        dispatcher = Dispatcher(fleet.remotes, batch_window_s=0.005, on_lost=fleet.on_lost)
+        dispatcher = Dispatcher(fleet.remotes, batch_window_s=0.005, on_lost=fleet.on_lost,
+                                replace=fleet.replace)
         await tg.start(dispatcher.serve)
         yield fleet, dispatcher
         tg.cancel_scope.cancel()
@@ -99,10 +100,20 @@ async def test_an_actor_killed_mid_run_loses_nothing_and_stores_nothing_twice(ra
             keys = [str(r.key) async for r in engine.run(jobs)]
             counts = engine.store.counts()
         stats = dispatcher.statistics()
+        # Its node lives on: a replacement starts there and takes work like the others.
+        await wait_until(lambda: dispatcher.statistics().alive == 2, timeout_s=120)
+        [replacement] = [r for r in fleet.remotes if r.name not in ("actor-0", "actor-1")]
+        more = make_jobs(400, harness="after")
+        async with Engine(config, runner=dispatcher, run_dir=tmp_path / "after") as engine:
+            after = [str(r.key) async for r in engine.run(more)]
         tg.cancel_scope.cancel()
     assert stats.lost == (victim.name,)
     assert sorted(keys) == sorted(str(j.key) for j in jobs)  # every job stored, each once
     assert counts["succeeded"] == 400
+    assert fleet.nodes[replacement.name] == fleet.nodes[victim.name]
+    assert replacement.run_id != victim.run_id  # its own containers' label
+    assert sorted(after) == sorted(str(j.key) for j in more)
+    assert dispatcher.done_on(replacement.name) > 0
 
 
 def _describe(left: dict[str, list[str]]) -> str:

@@ -18,6 +18,9 @@ recognised by their shape:
 - the reward read (``reward.txt``), the log listing (none: the verifier keeps the
   script's output as ``test-stdout.txt``), and ``rm -rf`` of the tests.
 
+A task's image files (:meth:`FakeSandboxPool.image_files`, for the leak audit) are an
+empty listing.
+
 It is a test double for the *sandbox* layer, used to measure the layers above it (the
 engine, the pipeline, the harness, the model client); nothing it grades is a model's
 result. It lives in ``harness/`` because it is built on the harness's fake shell and
@@ -37,7 +40,7 @@ from anyio.lowlevel import checkpoint
 
 from ..sandbox.base import ExecResult
 from ..sandbox.pool import SandboxStats
-from ..schema import Task
+from ..schema import ImageFiles, Task
 from ..tasks.verifier import REWARD_DIR, TESTS_DIR
 from .fakes import FakeShell, FakeShellSandbox, _read_tree
 
@@ -173,6 +176,12 @@ class FakeSandboxPool:
             warm=0,
             per_host={},
         )
+
+    async def image_files(self, task: Task, *, url: str | None = None) -> ImageFiles:
+        """An empty listing: a fake sandbox has no image, so the leak audit knows only the
+        base image's paths (as after a failed listing: stricter, never laxer)."""
+        await checkpoint()
+        return ImageFiles(image=f"fake:{task.name}")
 
     async def grade(self, task: Task, typed: str) -> bool:
         """Whether ``typed`` holds every command line of ``task``'s reference solution."""

@@ -143,7 +143,7 @@ class EpisodeRunner:
             return EpisodeOutcome(trajectory=last, end_reason=reason, turns=turns, usage=last.usage(), error=error)
 
         async with self._pool.sandbox(spec.task, key=str(spec.key)) as sandbox:
-            url = sandbox.url
+            url = sandbox.url if isinstance(sandbox, DockerSandbox) else None  # a fake has no host
             outcome: EpisodeOutcome | None = None
             verification: Verification | None = None
             killed: str | None = None  # why the agent's container is gone, when it killed it
@@ -199,7 +199,7 @@ class EpisodeRunner:
             image_files=image_files,
         )
 
-    async def _image_files(self, spec: EpisodeSpec, url: str) -> ImageFiles | None:
+    async def _image_files(self, spec: EpisodeSpec, url: str | None) -> ImageFiles | None:
         """What the task image holds beyond the base, for the leak audit; None when the
         listing failed (said in the log): that execution's audit then knows only the base
         image's paths, which is stricter, not laxer, and no reason to rerun the episode."""

@@ -15,7 +15,7 @@ import msgspec
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
-    from ..schema import Task
+    from ..schema import ImageFiles, Task
     from .pool import SandboxStats
 
 __all__ = ["ExecResult", "Sandbox", "SandboxProvider", "ShellSession"]
@@ -116,4 +116,9 @@ class SandboxProvider(Protocol):
 
     def statistics(self) -> SandboxStats:
         """A snapshot of the provider's counters (``live``, ``peak_live`` ...)."""
+        ...
+
+    async def image_files(self, task: Task, *, url: str | None = None) -> ImageFiles:
+        """What ``task``'s image holds beyond the base image (for the leak audit), listed
+        on the sandbox host ``url`` (None: any); raises ``SandboxError`` when it fails."""
         ...

@@ -194,6 +194,8 @@ class FakeShell:
         return ""
 
     def _command(self, words: list[str]) -> str:
+        if not words:  # a bare redirection (`> file`) truncates the file and prints nothing
+            return ""
         name, args = words[0], words[1:]
         if name == "echo":
             newline = not (args and args[0] == "-n")

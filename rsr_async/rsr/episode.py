@@ -35,7 +35,7 @@ from ..harness.base import DEFAULT_MODEL_CALL_BUDGET_S, AgentClock
 from ..harness.rsrt import DEFAULT_WALL_CLOCK_S
 from ..llm.base import ChatModel
 from ..sandbox import SandboxPool
-from ..sandbox.base import Sandbox
+from ..sandbox.base import Sandbox, SandboxProvider
 from ..sandbox.container import DockerSandbox
 from ..schema import EndReason, EpisodeResult, EpisodeSpec, ImageFiles, Task, Trajectory
 from ..tasks import verify
@@ -50,12 +50,12 @@ class SnapshotGrader:
     """RSRT's grader: the hidden tests run in a sibling container started from a commit
     of the agent's sandbox (:meth:`SandboxPool.snapshot`), never in the agent's own."""
 
-    def __init__(self, pool: SandboxPool, limiter: anyio.CapacityLimiter) -> None:
+    def __init__(self, pool: SandboxProvider, limiter: anyio.CapacityLimiter) -> None:
         self._pool = pool
         self._limiter = limiter
 
     async def __call__(self, sandbox: Sandbox, task: Task, *, key: str) -> Verification:
-        if not isinstance(sandbox, DockerSandbox):
+        if not isinstance(sandbox, DockerSandbox) or not isinstance(self._pool, SandboxPool):
             raise HarnessError(f"{key}: hidden tests need a Docker sandbox to copy")
         async with self._limiter, self._pool.snapshot(sandbox, task, key=key) as copy:
             return await verify(copy, task)
@@ -100,7 +100,7 @@ class EpisodeRunner:
     def __init__(
         self,
         *,
-        pool: SandboxPool,
+        pool: SandboxProvider,
         model: ChatModel,
         harness: HarnessConfig,
         scripted: bool,
@@ -143,7 +143,7 @@ class EpisodeRunner:
             return EpisodeOutcome(trajectory=last, end_reason=reason, turns=turns, usage=last.usage(), error=error)
 
         async with self._pool.sandbox(spec.task, key=str(spec.key)) as sandbox:
-            url = sandbox.url
+            url = sandbox.url if isinstance(sandbox, DockerSandbox) else None  # a fake has no host
             outcome: EpisodeOutcome | None = None
             verification: Verification | None = None
             killed: str | None = None  # why the agent's container is gone, when it killed it
@@ -199,7 +199,7 @@ class EpisodeRunner:
             image_files=image_files,
         )
 
-    async def _image_files(self, spec: EpisodeSpec, url: str) -> ImageFiles | None:
+    async def _image_files(self, spec: EpisodeSpec, url: str | None) -> ImageFiles | None:
         """What the task image holds beyond the base, for the leak audit; None when the
         listing failed (said in the log): that execution's audit then knows only the base
         image's paths, which is stricter, not laxer, and no reason to rerun the episode."""

@@ -35,6 +35,7 @@ from ..engine import Engine, Job, JobRunner, ProgressSink, Store
 from ..errors import ConfigError, ConfigMismatchError, InfraError, LLMConnectionError
 from ..llm import ModelRouter, spawn_sim_servers
 from ..sandbox import SandboxPool, bootstrap_base_image
+from ..sandbox.base import SandboxProvider
 from ..schema import EpisodeSpec, JobResult, Task
 from .discover import discover_jobs
 from .episode import EpisodeRunner
@@ -62,8 +63,9 @@ class EpisodeRuntime(msgspec.Struct, frozen=True, kw_only=True):
     runners: dict[str, JobRunner]
     """One runner per job kind: ``episode``, ``plan``, ``critique``, ``audit``."""
     model: ModelRouter
-    pool: SandboxPool | None
-    """This process's sandbox pool; None on a Ray run's head (the actors own them)."""
+    pool: SandboxProvider | None
+    """This process's sandbox pool (or the test double passed as ``pool``); None on a Ray
+    run's head (the actors own them)."""
     scripted: bool
     """True when the answers come from the scripted stand-in (a test double)."""
     gauges: dict[str, Callable[[], float]]
@@ -139,6 +141,7 @@ async def episode_runtime(
     sim_servers: int = 1,
     on_notice: Callable[[str], None] | None = None,
     run_id: str | None = None,
+    pool: SandboxProvider | None = None,
 ) -> AsyncIterator[EpisodeRuntime]:
     """Open the model and sandbox sides for ``config``; close both on exit.
 
@@ -146,6 +149,9 @@ async def episode_runtime(
     (the scripted stand-in types them). ``on_notice`` receives the line saying that the
     scripted stand-in is in use, and the warning naming servers down at the start.
     ``run_id`` labels the pool's containers (default: :func:`run_id_for` ``run_dir``).
+    ``pool`` is the test seam: a sandbox provider to use instead of opening a Docker
+    :class:`~rsr_async.sandbox.SandboxPool` (no base image, no Docker); the caller
+    opens and closes it (:class:`rsr_async.testing.FakeSandboxPool`).
 
     The model side (:func:`model_side`) is opened and probed before the base image or
     any sandbox.
@@ -154,10 +160,12 @@ async def episode_runtime(
         model, scripted = await stack.enter_async_context(
             model_side(config, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=on_notice)
         )
-        await bootstrap_base_image(config.sandbox)  # idempotent: skips when the image exists
-        pool = await stack.enter_async_context(
-            SandboxPool(config.sandbox, run_id=run_id or run_id_for(run_dir), run_dir=run_dir)
-        )
+        if pool is None:
+            await bootstrap_base_image(config.sandbox)  # idempotent: skips when the image exists
+            pool = await stack.enter_async_context(
+                SandboxPool(config.sandbox, run_id=run_id or run_id_for(run_dir), run_dir=run_dir)
+            )
+        sandboxes = pool  # bound for the gauges' closures
         episodes = EpisodeRunner(
             pool=pool,
             model=model,
@@ -174,13 +182,13 @@ async def episode_runtime(
             pool=pool,
             scripted=scripted,
             gauges={
-                "sandboxes": lambda: float(pool.statistics().live),
+                "sandboxes": lambda: float(sandboxes.statistics().live),
                 "cached_share": lambda: model.statistics().usage.cached_share,
             },
         )
 
 
-async def prewarm_wave(pool: SandboxPool, jobs: Sequence[Job]) -> int:
+async def prewarm_wave(pool: SandboxProvider, jobs: Sequence[Job]) -> int:
     """Start one sandbox per job in ``jobs`` ahead of time (building images as needed).
 
     A task whose image cannot be built or started is skipped with its error left for its
@@ -266,14 +274,24 @@ async def open_pipeline(
     force: bool = False,
     progress: ProgressSink | Literal["auto", "rich", "plain", "none"] | None = None,
     on_notice: Callable[[str], None] | None = None,
+    pool: SandboxProvider | None = None,
 ) -> AsyncIterator[Pipeline]:
     """Open the runtime (model side, sandbox pool, one runner per job kind) and the
     engine on ``run_dir`` together; close both on exit.
+
+    ``pool`` replaces the Docker sandbox pool (the test seam, as for
+    :func:`episode_runtime`): tests and ``bench dryrun`` pass a
+    :class:`rsr_async.testing.FakeSandboxPool` and keep everything else real.
 
     Refuses (:class:`~rsr_async.errors.ConfigMismatchError`) to mix two models'
     results in one run directory unless ``force``.
     """
     run_dir = Path(run_dir)
+    if config.cluster.ray_address and pool is not None:
+        raise ConfigError(
+            "a sandbox pool was passed, but cluster.ray_address asks for Ray, whose actors open "
+            "their own pools; leave cluster.ray_address empty to use the pool given"
+        )
     if config.cluster.ray_address:
         from ..cluster import cluster_runtime  # Ray only when a run asks for it
 
@@ -282,7 +300,12 @@ async def open_pipeline(
         )
     else:
         opened = episode_runtime(
-            config, run_dir=run_dir, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=on_notice
+            config,
+            run_dir=run_dir,
+            tasks_dir=tasks_dir,
+            sim_servers=sim_servers,
+            on_notice=on_notice,
+            pool=pool,
         )
     async with (
         opened as runtime,

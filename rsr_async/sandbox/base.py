@@ -1,17 +1,24 @@
 """The contract between the engine/harnesses/verifier and sandboxes.
 
 The Docker implementation and the fakes in ``rsr_async.testing`` both satisfy these
-protocols. A harness sees only :class:`ShellSession`; a verifier sees :class:`Sandbox`.
+protocols. A harness sees only :class:`ShellSession`; a verifier sees :class:`Sandbox`;
+the episode runner gets its sandboxes from a :class:`SandboxProvider`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
-__all__ = ["ExecResult", "Sandbox", "ShellSession"]
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+    from ..schema import ImageFiles, Task
+    from .pool import SandboxStats
+
+__all__ = ["ExecResult", "Sandbox", "SandboxProvider", "ShellSession"]
 
 
 class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,4 +98,27 @@ class Sandbox(Protocol):
 
     async def shell(self) -> ShellSession:
         """The episode's persistent shell; a new one if the last one exited."""
+        ...
+
+
+class SandboxProvider(Protocol):
+    """Where episodes get their sandboxes: the Docker :class:`~rsr_async.sandbox.SandboxPool`,
+    or a test double (:class:`rsr_async.testing.FakeSandboxPool`) handed to
+    :func:`rsr_async.rsr.runtime.open_pipeline` as ``pool``."""
+
+    def sandbox(self, task: Task, *, key: str) -> AbstractAsyncContextManager[Sandbox]:
+        """A fresh sandbox for the episode ``key`` of ``task``, removed on exit."""
+        ...
+
+    async def prewarm(self, task: Task, count: int | None = None) -> int:
+        """Start up to ``count`` sandboxes of ``task`` ahead of demand; how many started."""
+        ...
+
+    def statistics(self) -> SandboxStats:
+        """A snapshot of the provider's counters (``live``, ``peak_live`` ...)."""
+        ...
+
+    async def image_files(self, task: Task, *, url: str | None = None) -> ImageFiles:
+        """What ``task``'s image holds beyond the base image (for the leak audit), listed
+        on the sandbox host ``url`` (None: any); raises ``SandboxError`` when it fails."""
         ...

@@ -1,0 +1,207 @@
+"""A fake sandbox pool: the whole engine without Docker (tests, ``bench dryrun``).
+
+:class:`FakeSandboxPool` satisfies :class:`~rsr_async.sandbox.base.SandboxProvider`, the
+``pool`` that :func:`rsr_async.rsr.runtime.open_pipeline` takes as its test seam. Each
+episode gets a :class:`FakeTaskSandbox`: a
+:class:`~rsr_async.harness.fakes.FakeShellSandbox` (the harness's shell I/O on
+:class:`~rsr_async.harness.fakes.FakeShell`'s virtual clock, so waits cost no time) that
+also answers the commands the hidden verifier (:mod:`rsr_async.tasks.verifier`) sends,
+recognised by their shape:
+
+- the clean-up exec (stop the agent's processes, empty ``/tests`` and
+  ``/logs/verifier``): ``stopped 0``;
+- ``bash /tests/<script>``: the grade. Full marks when the agent typed every command
+  line of the task's reference solution (``solution/solve.sh``; blank lines, comments
+  and the shebang aside), else 0, written to ``/logs/verifier/reward.txt`` (Harbor
+  tasks) or printed as a pytest summary (terminal-bench tasks). So pass or fail follows
+  what the model did: the scripted stand-in passes exactly when it types the solution;
+- the reward read (``reward.txt``), the log listing (none: the verifier keeps the
+  script's output as ``test-stdout.txt``), and ``rm -rf`` of the tests.
+
+A task's image files (:meth:`FakeSandboxPool.image_files`, for the leak audit) are an
+empty listing.
+
+It is a test double for the *sandbox* layer, used to measure the layers above it (the
+engine, the pipeline, the harness, the model client); nothing it grades is a model's
+result. It lives in ``harness/`` because it is built on the harness's fake shell and
+knows the verifier's commands, which the sandbox room never imports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+
+import anyio
+from anyio.lowlevel import checkpoint
+
+from ..sandbox.base import ExecResult
+from ..sandbox.pool import SandboxStats
+from ..schema import ImageFiles, Task
+from ..tasks.verifier import REWARD_DIR, TESTS_DIR
+from .fakes import FakeShell, FakeShellSandbox, _read_tree
+
+__all__ = ["FakeSandboxPool", "FakeTaskSandbox"]
+
+_REWARD_READ = re.compile(r"echo txt(\w+);")
+_STOP = "kill -STOP"
+_REWARD_TXT = f"{REWARD_DIR}/reward.txt"
+
+
+class FakeTaskSandbox(FakeShellSandbox):
+    """One episode's fake sandbox: the agent's fake shell plus the verifier's answers."""
+
+    def __init__(self, pool: FakeSandboxPool, task: Task, *, id: str) -> None:
+        super().__init__(FakeShell(), id=id)
+        self._pool = pool
+        self._task = task
+
+    def typed(self) -> str:
+        """Every keystroke batch the agent sent, over all its shells, in order."""
+        return "\n".join(keys for shell in self.shells for keys in shell.sent)
+
+    async def upload(self, local: Path, remote: str) -> None:
+        """Copy a local file or directory into the in-memory files (read once per pool)."""
+        self.current.files.update(await self._pool.read_tree(local, remote))
+
+    async def run(
+        self,
+        command: str,
+        *,
+        time_limit: float,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        """The verifier's commands by shape (see the module's docstring); anything else
+        through the fake shell's interpreter."""
+        files = self.current.files
+        if _STOP in command:  # the clean-up before the tests: no agent process to stop
+            self._remove(TESTS_DIR, REWARD_DIR)
+            await checkpoint()
+            return ExecResult(exit_code=0, output="stopped 0\n")
+        if command.startswith(f"bash {TESTS_DIR}/"):
+            passed = await self._pool.grade(self._task, self.typed())
+            self._pool.graded += 1
+            if self._task.format == "terminal-bench":
+                status = "PASSED" if passed else "FAILED"
+                summary = f"=== short test summary info ===\n{status} tests/test_outputs.py::test_solution\n"
+                return ExecResult(exit_code=0 if passed else 1, output=summary)
+            files[_REWARD_TXT] = "1\n" if passed else "0\n"
+            return ExecResult(exit_code=0, output="solution matched\n" if passed else "solution missing\n")
+        if match := _REWARD_READ.search(command):
+            await checkpoint()
+            marker = match.group(1)
+            if _REWARD_TXT in files:
+                return ExecResult(exit_code=0, output=f"txt{marker}\n{files[_REWARD_TXT]}")
+            return ExecResult(exit_code=0, output=f"none{marker}\n")
+        if command.lstrip().startswith(f"cd {REWARD_DIR}"):  # the log listing: none kept
+            await checkpoint()
+            return ExecResult(exit_code=0, output="")
+        if command.startswith("rm -rf "):
+            self._remove(*command.split()[2:])
+            await checkpoint()
+            return ExecResult(exit_code=0, output="")
+        return await super().run(command, time_limit=time_limit, env=env, workdir=workdir)
+
+    def _remove(self, *roots: str) -> None:
+        files = self.current.files
+        for path in [p for p in files if any(p == r or p.startswith(r + "/") for r in roots)]:
+            del files[path]
+
+
+class FakeSandboxPool:
+    """A :class:`~rsr_async.sandbox.base.SandboxProvider` of :class:`FakeTaskSandbox`.
+
+    ::
+
+        async with FakeSandboxPool() as pool, open_pipeline(config, run_dir=d, pool=pool) as p:
+            async for result in p.run(tasks, stages=("discover", "rewrite", "verify")):
+                ...
+
+    Counts sandboxes like the Docker pool does (:meth:`statistics`) and episodes graded
+    (``graded``). Tasks' reference solutions and test files are read once, in a worker
+    thread, and kept.
+    """
+
+    def __init__(self) -> None:
+        self.graded = 0
+        """Verifier runs answered (one per graded episode)."""
+        self._live = 0
+        self._peak = 0
+        self._started = 0
+        self._solutions: dict[str, tuple[str, ...]] = {}
+        self._trees: dict[tuple[Path, str], dict[str, str]] = {}
+
+    async def __aenter__(self) -> FakeSandboxPool:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    @asynccontextmanager
+    async def sandbox(self, task: Task, *, key: str) -> AsyncIterator[FakeTaskSandbox]:
+        """A fresh fake sandbox for one episode."""
+        await checkpoint()
+        self._started += 1
+        self._live += 1
+        self._peak = max(self._peak, self._live)
+        try:
+            yield FakeTaskSandbox(self, task, id=f"fake-{self._started}")
+        finally:
+            self._live -= 1
+
+    async def prewarm(self, task: Task, count: int | None = None) -> int:
+        """Nothing to start ahead: a fake sandbox costs nothing."""
+        await checkpoint()
+        return 0
+
+    def statistics(self) -> SandboxStats:
+        """The counters, in the Docker pool's record."""
+        return SandboxStats(
+            live=self._live,
+            peak_live=self._peak,
+            started=self._started,
+            removed=self._started - self._live,
+            start_failures=0,
+            remove_failures=0,
+            images_built=0,
+            warm=0,
+            per_host={},
+        )
+
+    async def image_files(self, task: Task, *, url: str | None = None) -> ImageFiles:
+        """An empty listing: a fake sandbox has no image, so the leak audit knows only the
+        base image's paths (as after a failed listing: stricter, never laxer)."""
+        await checkpoint()
+        return ImageFiles(image=f"fake:{task.name}")
+
+    async def grade(self, task: Task, typed: str) -> bool:
+        """Whether ``typed`` holds every command line of ``task``'s reference solution."""
+        lines = self._solutions.get(task.path)
+        if lines is None:
+            lines = self._solutions[task.path] = await anyio.to_thread.run_sync(_solution_lines, task)
+        return bool(lines) and all(line in typed for line in lines)
+
+    async def read_tree(self, local: Path, remote: str) -> dict[str, str]:
+        """``local``'s files as they would land under ``remote`` (cached)."""
+        tree = self._trees.get((local, remote))
+        if tree is None:
+            tree = self._trees[(local, remote)] = await anyio.to_thread.run_sync(_read_tree, local, remote)
+        return tree
+
+
+def _solution_lines(task: Task) -> tuple[str, ...]:
+    """The command lines of ``solution/solve.sh`` (none when the task has no solution)."""
+    path = Path(task.path) / "solution" / "solve.sh"
+    if not path.is_file():
+        return ()
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return tuple(line for line in lines if line and not line.startswith("#"))

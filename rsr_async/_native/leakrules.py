@@ -114,6 +114,7 @@ _BIN_DIRS = frozenset({"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin
 _URL_PORT = re.compile(r"(\d{1,5})(/.*)?")
 _SED_PROGRAM = re.compile(r"""(['"])(?:\d+(?:,\d+)?)?[sy]([/|#:,@]).*?\1""")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+_NUMBER_CHUNK = 2048  # characters of a text the ``computed`` rule reads at a time, from its end
 # Parts of a quoted string: a name (letters first, digits allowed: ``w0rd``, ``hunter2``)
 # or a number (``18`` of the sed address ``18p``).
 _PARTS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)?")
@@ -231,7 +232,8 @@ class Judge:
         self._sandbox = sandbox if sandbox is not None else _STANDARD
         self._created: set[str] = set()
         self._cwd: str | None = None
-        self._numbers: dict[int, list[str]] = {}
+        # text index -> (where reading stopped, the numbers of text[cut:], newest first)
+        self._numbers: dict[int, tuple[int, list[str]]] = {}
         self._operands: tuple[int, list[float], list[float]] = (-1, [], [])
         self._parts: dict[str, int] = {}
         self._pending: list[str] = []  # actions whose shell syntax is not read yet
@@ -245,15 +247,17 @@ class Judge:
         """``value`` is in some public text, whole or broken by line wraps.
 
         A break falls in one half of the value at most, so the other half is intact: only
-        around its occurrences is the text joined (cheaper than joining every screen).
+        around its occurrences is the text joined (cheaper than joining every screen). The
+        halves are looked for first: a value never shown (the usual case) has neither, and
+        then the value itself, which holds both, cannot be whole anywhere either.
         """
-        if self._contains(value, 0):
-            return True
         half = len(value) // 2
         n = len(value)
-        for piece, offset in ((value[:half], 0), (value[half:], half)):
-            if not self._contains(piece, 0):
-                continue  # the usual answer for a value never shown: one fast search
+        shown = [(piece, offset) for piece, offset in ((value[:half], 0), (value[half:], half))
+                 if self._contains(piece, 0)]
+        if len(shown) == 2 and self._contains(value, 0):
+            return True
+        for piece, offset in shown:
             for text in self._texts:
                 at = text.find(piece)
                 hits = 0
@@ -288,18 +292,30 @@ class Judge:
     def _seen_numbers(self) -> tuple[list[float], list[float]]:
         """The last distinct numbers in view, and the same with the unit constants.
 
-        Read from the newest text back, only as far as it takes to find enough of them.
+        Read from the newest text back, only as far as it takes to find enough of them:
+        a text is read from its end, :data:`_NUMBER_CHUNK` characters at a time, each
+        piece starting at a line start (no number spans a line break, and the pattern's
+        look-arounds see a line break as they see the text's edge, so the pieces give
+        the numbers the whole text would).
         """
         count = len(self._texts)
         if self._operands[0] == count:
             return self._operands[1], self._operands[2]
         recent: dict[str, None] = {}
         for index in range(count - 1, -1, -1):
-            numbers = self._numbers.get(index)
-            if numbers is None:
-                numbers = self._numbers[index] = _NUMBER.findall(self._texts[index])
-            for number in reversed(numbers):
-                recent.setdefault(number.lstrip("-"), None)
+            text = self._texts[index]
+            cut, numbers = self._numbers.get(index, (len(text), []))
+            read = 0
+            while True:
+                for number in numbers[read:]:  # newest first
+                    recent.setdefault(number.lstrip("-"), None)
+                read = len(numbers)
+                if len(recent) >= OPERANDS or cut == 0:
+                    break
+                start = text.rfind("\n", 0, max(0, cut - _NUMBER_CHUNK)) + 1
+                numbers = numbers + _NUMBER.findall(text, start, cut)[::-1]
+                cut = start
+            self._numbers[index] = (cut, numbers)
             if len(recent) >= OPERANDS:
                 break
         values = sorted({float(n) for n in list(recent)[:OPERANDS]})

@@ -54,7 +54,7 @@ from __future__ import annotations
 import bisect
 import posixpath
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from ..schema import Leak
 from .sandbox_base import COMMANDS, MODULES, PATHS
@@ -212,18 +212,14 @@ def _shell_words(line: str) -> list[str]:
 class Judge:
     """The second pass for one episode; shares the scanner's list of public texts."""
 
-    __slots__ = ("_contains", "_created", "_cwd", "_derive", "_numbers", "_operands", "_parts",
-                 "_pending", "_sandbox", "_texts")
+    __slots__ = ("_created", "_cwd", "_derive", "_numbers", "_operands", "_parts", "_pending",
+                 "_sandbox", "_texts")
 
-    def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None, derive: bool = True,
-                 contains: Callable[[str, int], bool] | None = None) -> None:
+    def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None, derive: bool = True
+                 ) -> None:
         if not isinstance(derive, bool):
             raise TypeError(f"LeakScanner: derive must be a bool, got {type(derive).__name__}")
         self._derive = derive
-        # ``contains(value, start)``: value is a substring of texts[start:]. The compiled
-        # scanner passes its own (memchr on the rarest byte over the buffers it holds);
-        # same answer as ``in``, only faster.
-        self._contains = contains if contains is not None else self._contains_py
         if sandbox is not None and not isinstance(sandbox, SandboxKnowledge):
             raise TypeError(
                 f"LeakScanner: sandbox must be a SandboxKnowledge, got {type(sandbox).__name__}"
@@ -240,7 +236,8 @@ class Judge:
 
     # -- public text, read lazily: only a candidate ever pays for it ------------------
 
-    def _contains_py(self, value: str, start: int) -> bool:
+    def _contains(self, value: str, start: int) -> bool:
+        """``value`` is a substring of some text from ``texts[start]`` on."""
         return any(value in text for text in self._texts[start:])
 
     def _wrapped(self, value: str) -> bool:

@@ -18,7 +18,8 @@ cimport cython
 
 from collections.abc import Sequence
 
-from rsr_async._native.leakrules import Judge, SandboxKnowledge
+from rsr_async._native.leakjudge import Judge
+from rsr_async._native.leakrules import SandboxKnowledge
 
 cdef extern from "Python.h":
     # A macro over the string's own buffer: safe without the GIL while the string lives.
@@ -397,7 +398,7 @@ cdef class LeakScanner:
     cdef Py_ssize_t _cap, _bits, _count, _entries_cap
     cdef set _reported
     cdef dict _quoted  # quoted value -> texts searched without a hit; -1: known
-    cdef object _judge  # the second pass (leakrules.Judge), shared with the pure twin
+    cdef object _judge  # the second pass: leakjudge.Judge, the compiled twin of leakrules.Judge
 
     def __cinit__(self):
         global _spare_slots, _spare_entries, _spare_bits
@@ -424,7 +425,7 @@ cdef class LeakScanner:
             raise MemoryError()
 
     def __init__(self, instruction="", *, sandbox=None, derive=True):
-        self._judge = Judge(self._texts, sandbox, derive, self._contains_from)
+        self._judge = Judge(self._texts, sandbox, derive)
         self.observe(instruction)
 
     def __dealloc__(self):
@@ -673,23 +674,6 @@ cdef class LeakScanner:
         if not PyUnicode_IS_ASCII(value):
             return False  # the table holds words, and words are ASCII
         return self._lookup(kind, data, 0, n, -1) == 1
-
-    def _contains_from(self, str value, Py_ssize_t start):
-        """``value`` is a substring of a known text from ``start`` on (the second pass's
-        search, by the same memchr-on-the-rarest-byte loop as quoted values)."""
-        cdef int kind = PyUnicode_KIND(value)
-        cdef const uint8_t* needle = <const uint8_t*>PyUnicode_DATA(value)
-        cdef Py_ssize_t m = PyUnicode_GET_LENGTH(value), rare = 0, i
-        if kind == 1:
-            rare = _rarest(needle, m)
-        for i in range(start, self._n_texts):
-            if kind == 1 and self._kinds[i] == 1:
-                if _contains_bytes(<const uint8_t*>self._datas[i],
-                                   PyUnicode_GET_LENGTH(<str>self._texts[i]), needle, m, rare):
-                    return True
-            elif value in <str>self._texts[i]:
-                return True
-        return False
 
     cdef bint _known_quoted(self, str value):
         # Texts only grow: a value found once stays known (-1), and one not found in the

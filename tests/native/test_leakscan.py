@@ -9,7 +9,16 @@ from hypothesis import strategies as st
 from rsr_async._native import scan_trajectory
 from rsr_async.schema import Command, Leak, Message, Trajectory
 from tests.native.conftest import load_impl
-from tests.native.strategies import long_ascii, text
+from tests.native.strategies import (
+    long_ascii,
+    number_action,
+    number_screen,
+    shell_action,
+    text,
+    wrapped_screen,
+)
+
+PROMPT_SRV = "root@box:/srv/data_7# "
 
 
 def values(leaks: list[Leak]) -> list[tuple[str, str]]:
@@ -193,3 +202,35 @@ def test_short_words_at_block_edges_agree(pad: int, words: list[str], sep: str) 
         results.append(module.scan_leaks([action], [known]))
     assert results[0] == results[1]
     assert all(leak.value in ("1234", "/a/b") for leak in results[0])
+
+
+# The second pass is compiled too (leakjudge.pyx, twin of leakrules.Judge): the rules that
+# search public text, read numbers and follow shell syntax must clear the same values.
+
+def _both(actions: list[str], context: list[str], instruction: str = "") -> list[Leak]:
+    native = load_impl("leakscan", "native").scan_leaks(actions, context, instruction=instruction)
+    pure = load_impl("leakscan", "pure").scan_leaks(actions, context, instruction=instruction)
+    assert native == pure
+    return native
+
+
+@settings(max_examples=300, deadline=None)
+@given(wrapped_screen(), st.lists(wrapped_screen(), max_size=3))
+def test_wrapped_values_agree(case: tuple[str, str], others: list[tuple[str, str]]) -> None:
+    value, screen = case
+    screens = [s for _, s in others] + [screen]
+    _both([f"echo {v} > f" for v, _ in others] + [f"echo {value} > f"],
+          ["" for _ in others] + ["\n".join(screens)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(number_screen, number_action), min_size=1, max_size=5))
+def test_computed_numbers_agree(turns: list[tuple[str, str]]) -> None:
+    _both([f"python3 -c 'print({n})' && echo {n}" for _, n in turns], [s for s, _ in turns])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(shell_action, st.sampled_from(["", PROMPT_SRV, "ls\nf_1.csv in_3.csv"])),
+                min_size=1, max_size=6))
+def test_shell_syntax_agrees(turns: list[tuple[str, str]]) -> None:
+    _both([a for a, _ in turns], [c for _, c in turns], instruction="Work in /srv.")

@@ -34,7 +34,7 @@ def regex_set_leaks(instruction: str, actions: list[str], context: list[str],
         texts.append(instruction)
         known.update([w.lstrip(".-").rstrip("./-") for w in _WORD.findall(instruction)])
     for turn, (action, seen) in enumerate(zip(actions, context, strict=True)):
-        if seen:
+        if seen and not (texts and seen == texts[-1]):  # as the scanners: a repeat adds nothing
             texts.append(seen)
             known.update([w.lstrip(".-").rstrip("./-") for w in _WORD.findall(seen)])
         found = [(p, 0, w, k) for p, w, k in pure_leakscan._words(action) if w not in known]

@@ -553,6 +553,8 @@ cdef class LeakScanner:
         cdef Py_ssize_t n = PyUnicode_GET_LENGTH(t)
         if n == 0:
             return
+        if self._n_texts and t == <str>self._texts[self._n_texts - 1]:
+            return  # the screen did not change: nothing new to know
         self._add_text(t)
         cdef Py_ssize_t tidx = self._n_texts - 1
         cdef int kind = PyUnicode_KIND(t)

@@ -234,3 +234,12 @@ def test_computed_numbers_agree(turns: list[tuple[str, str]]) -> None:
                 min_size=1, max_size=6))
 def test_shell_syntax_agrees(turns: list[tuple[str, str]]) -> None:
     _both([a for a, _ in turns], [c for _, c in turns], instruction="Work in /srv.")
+
+
+def test_a_repeated_screen_changes_nothing(leakscan: ModuleType) -> None:
+    # An unchanged screen is not kept twice; what it showed stays known, and the numbers
+    # the computed rule reads are the same.
+    screen = "root@box:/app# ls\nsize 1200 of 3400 /app/data_9.csv\n"
+    actions = ["cat /app/data_9.csv", "echo 4600", "cat /app/other_7.csv"]
+    assert [x.value for x in leakscan.scan_leaks(actions, [screen, screen, screen])] == [
+        "/app/other_7.csv"]

@@ -5,7 +5,8 @@ rules, their constants and :class:`SandboxKnowledge` are there, shared by both).
 What the pure pass spends its time on is searching public text for values nobody showed:
 a value, its halves, the parts of a path. Here one-byte text (nearly every terminal
 screen) is searched in C, 16 starts at a time: two of the needle's rarest bytes are
-compared at their offsets together (SSE2), so a hit of one common byte costs no compare.
+compared at their offsets together (SSE2, or AVX2 where the CPU has it), so a hit of one
+common byte costs no compare.
 A wrapped value's windows are joined in C (the ``_JOIN`` pattern, written out) into a
 buffer that is searched the same way. Everything else (the shell syntax of actions, the
 arithmetic of the ``computed`` rule) is the twin's code, compiled with typed locals.
@@ -60,35 +61,77 @@ cdef extern from *:
 
     /* First start >= from where needle[0:m] occurs in hay[0:n], or -1. r1 and r2 are
        two offsets into the needle (its rarest bytes): a start is compared in full only
-       when both of those bytes match, and 16 starts are tested per step. */
-    static Py_ssize_t rsr_find(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
-                               Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t from) {
-        Py_ssize_t last = n - m, s = from;
-        if (m == 0) return from <= n ? from : -1;
-        if (from > last) return -1;
-    #if defined(__SSE2__)
-        {
-            __m128i b1 = _mm_set1_epi8((char)needle[r1]), b2 = _mm_set1_epi8((char)needle[r2]);
-            while (s + 15 <= last) {
-                __m128i x = _mm_loadu_si128((const __m128i *)(hay + s + r1));
-                __m128i y = _mm_loadu_si128((const __m128i *)(hay + s + r2));
-                unsigned mask = (unsigned)_mm_movemask_epi8(
-                    _mm_and_si128(_mm_cmpeq_epi8(x, b1), _mm_cmpeq_epi8(y, b2)));
-                while (mask) {
-                    int k = __builtin_ctz(mask);
-                    if (memcmp(hay + s + k, needle, (size_t)m) == 0) return s + k;
-                    mask &= mask - 1;
-                }
-                s += 16;
-            }
-        }
-    #endif
+       when both of those bytes match, and 16 starts (32 with AVX2) are tested per step. */
+    static inline Py_ssize_t rsr_find_tail(const uint8_t *hay, Py_ssize_t last,
+                                           const uint8_t *needle, Py_ssize_t m,
+                                           Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
         for (; s <= last; s++) {
             if (hay[s + r1] == needle[r1] && hay[s + r2] == needle[r2]
                     && memcmp(hay + s, needle, (size_t)m) == 0)
                 return s;
         }
         return -1;
+    }
+
+    static Py_ssize_t rsr_find_sse2(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
+                                    Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
+        Py_ssize_t last = n - m;
+    #if defined(__SSE2__)
+        __m128i b1 = _mm_set1_epi8((char)needle[r1]), b2 = _mm_set1_epi8((char)needle[r2]);
+        while (s + 15 <= last) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(hay + s + r1));
+            __m128i y = _mm_loadu_si128((const __m128i *)(hay + s + r2));
+            unsigned mask = (unsigned)_mm_movemask_epi8(
+                _mm_and_si128(_mm_cmpeq_epi8(x, b1), _mm_cmpeq_epi8(y, b2)));
+            while (mask) {
+                int k = __builtin_ctz(mask);
+                if (memcmp(hay + s + k, needle, (size_t)m) == 0) return s + k;
+                mask &= mask - 1;
+            }
+            s += 16;
+        }
+    #endif
+        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
+    }
+
+    #if defined(__GNUC__) && defined(__x86_64__)
+    #define RSR_AVX2 1
+    #include <immintrin.h>
+    __attribute__((target("avx2")))
+    static Py_ssize_t rsr_find_avx2(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
+                                    Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
+        Py_ssize_t last = n - m;
+        __m256i b1 = _mm256_set1_epi8((char)needle[r1]), b2 = _mm256_set1_epi8((char)needle[r2]);
+        while (s + 31 <= last) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(hay + s + r1));
+            __m256i y = _mm256_loadu_si256((const __m256i *)(hay + s + r2));
+            unsigned mask = (unsigned)_mm256_movemask_epi8(
+                _mm256_and_si256(_mm256_cmpeq_epi8(x, b1), _mm256_cmpeq_epi8(y, b2)));
+            while (mask) {
+                int k = __builtin_ctz(mask);
+                if (memcmp(hay + s + k, needle, (size_t)m) == 0) return s + k;
+                mask &= mask - 1;
+            }
+            s += 32;
+        }
+        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
+    }
+    #endif
+
+    static int rsr_avx2 = -1;  /* unknown until the first search asks the CPU */
+
+    static Py_ssize_t rsr_find(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
+                               Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t from) {
+        if (m == 0) return from <= n ? from : -1;
+        if (from > n - m) return -1;
+    #ifdef RSR_AVX2
+        if (rsr_avx2 < 0) {
+            __builtin_cpu_init();
+            rsr_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+        }
+        if (rsr_avx2) return rsr_find_avx2(hay, n, needle, m, r1, r2, from);
+    #endif
+        return rsr_find_sse2(hay, n, needle, m, r1, r2, from);
     }
     """
     Py_ssize_t rsr_find(const uint8_t* hay, Py_ssize_t n, const uint8_t* needle, Py_ssize_t m,

@@ -243,3 +243,14 @@ def test_a_repeated_screen_changes_nothing(leakscan: ModuleType) -> None:
     actions = ["cat /app/data_9.csv", "echo 4600", "cat /app/other_7.csv"]
     assert [x.value for x in leakscan.scan_leaks(actions, [screen, screen, screen])] == [
         "/app/other_7.csv"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab9.", min_size=3, max_size=40), st.text(alphabet="ab9. \n", max_size=90),
+       st.text(alphabet="ab9. \n", max_size=90), st.booleans(), st.sampled_from(["", "é", "€"]))
+def test_substring_search_agrees(host: str, before: str, after: str, shown: bool,
+                                 wide: str) -> None:
+    # A URL's host is cleared when some public text holds it anywhere: the compiled
+    # search (16 or 32 starts a step, a scalar tail) at every offset and length.
+    screen = before + (host if shown else host[:-1]) + after + wide
+    _both([f"curl http://{host}/api_v1"], [screen])

@@ -156,6 +156,69 @@ cdef void _init_rank() noexcept:
 _init_rank()
 
 
+cdef uint8_t _NUMBER_CLASS[256]  # bit 0: ``\\d`` (a decimal digit); bit 1: ``\\w``
+
+
+cdef void _init_number_class() noexcept:
+    cdef int c
+    for c in range(256):
+        # What ``re`` means by them in a str pattern: str.isdecimal, str.isalnum or "_".
+        _NUMBER_CLASS[c] = ((1 if chr(c).isdecimal() else 0)
+                            | (2 if chr(c).isalnum() or c == 95 else 0))
+
+
+_init_number_class()
+
+
+cdef list _numbers_back(str text, Py_ssize_t start, Py_ssize_t cut):
+    """``_NUMBER.findall(text, start, cut)``, newest first.
+
+    ``(?<![\\w.])-?\\d+(?:\\.\\d+)?(?![\\w])`` written out for one-byte text: at a start
+    the look-behind allows, the digits (after an optional ``-``), then the fraction if
+    the character after it is no word character, else the digits alone if the one after
+    them is none (a ``.`` never is); backtracking into the digits finds nothing more.
+    """
+    cdef list out = []
+    cdef const uint8_t* t
+    cdef Py_ssize_t p, q, d, f, e
+    cdef uint8_t c
+    if PyUnicode_KIND(text) != 1:
+        out = _NUMBER.findall(text, start, cut)
+        out.reverse()
+        return out
+    t = <const uint8_t*>PyUnicode_DATA(text)
+    p = start
+    while p < cut:
+        c = t[p]
+        if not (c == 45 or (_NUMBER_CLASS[c] & 1)):
+            p += 1
+            continue
+        if p > 0 and ((_NUMBER_CLASS[t[p - 1]] & 2) or t[p - 1] == 46):
+            p += 1
+            continue
+        q = p + 1 if c == 45 else p
+        d = q
+        while d < cut and (_NUMBER_CLASS[t[d]] & 1):
+            d += 1
+        e = -1
+        if d > q:
+            if d + 1 < cut and t[d] == 46 and (_NUMBER_CLASS[t[d + 1]] & 1):
+                f = d + 1
+                while f < cut and (_NUMBER_CLASS[t[f]] & 1):
+                    f += 1
+                if f >= cut or not (_NUMBER_CLASS[t[f]] & 2):
+                    e = f
+            if e < 0 and (d >= cut or not (_NUMBER_CLASS[t[d]] & 2)):
+                e = d
+        if e < 0:
+            p += 1
+            continue
+        out.append(text[p:e])
+        p = e
+    out.reverse()
+    return out
+
+
 cdef struct _Needle:
     const uint8_t* data
     Py_ssize_t length, r1, r2
@@ -286,7 +349,7 @@ cdef class Judge:
         cdef uint8_t small[4096]
         cdef uint8_t* buffer
         for piece, offset in ((value[:half], 0), (value[half:], half)):
-            if self._contains(piece, 0):
+            if self._seen_part(piece):
                 shown.append((piece, offset))
         if len(shown) == 2 and self._contains(value, 0):
             return True
@@ -371,7 +434,7 @@ cdef class Judge:
                 if len(recent) >= OPERANDS or cut == 0:
                     break
                 start = text.rfind("\n", 0, max(0, cut - _NUMBER_CHUNK)) + 1
-                numbers = numbers + _NUMBER.findall(text, start, cut)[::-1]
+                numbers = numbers + _numbers_back(text, start, cut)
                 cut = start
             self._numbers[index] = (cut, numbers)
             if len(recent) >= OPERANDS:

@@ -251,7 +251,7 @@ class Judge:
         half = len(value) // 2
         n = len(value)
         shown = [(piece, offset) for piece, offset in ((value[:half], 0), (value[half:], half))
-                 if self._contains(piece, 0)]
+                 if self._seen_part(piece)]
         if len(shown) == 2 and self._contains(value, 0):
             return True
         for piece, offset in shown:

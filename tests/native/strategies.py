@@ -44,7 +44,7 @@ def wrapped_screen(draw: st.DrawFn) -> tuple[str, str]:
 
 number_screen = st.lists(
     st.one_of(st.integers(0, 5000).map(str), st.floats(0, 500, allow_nan=False).map(
-        lambda f: f"{f:.2f}"), st.sampled_from(["x1.5", "-12", "3.14.15", "a 7", "\n"])),
+        lambda f: f"{f:.2f}"), st.sampled_from(["x1.5", "-12", "3.14.15", "a 7", "\n", "é12", "12µ", "²345", "7.5_", "-.5", "\n-3.25\n"])),
     max_size=30,
 ).map(" ".join)
 number_action = st.one_of(st.integers(100, 20000).map(str), st.floats(0, 2000).map(

@@ -457,6 +457,10 @@ cdef class Judge:
 
     cdef int _read_commands(self, str action) except -1:
         """Learn the paths this action creates and where it ``cd``s to."""
+        if not _CREATES.search(action):
+            # No line can create a path then: the pattern's words hold no line break, and
+            # ``\b`` sees a line's edge as it sees the break beside it.
+            return 0
         cdef Py_ssize_t i, start
         cdef list words
         for line in action.splitlines():

@@ -333,6 +333,10 @@ class Judge:
 
     def _read_commands(self, action: str) -> None:
         """Learn the paths this action creates and where it ``cd``s to."""
+        if not _CREATES.search(action):
+            # No line can create a path then: the pattern's words hold no line break, and
+            # ``\b`` sees a line's edge as it sees the break beside it.
+            return
         for line in action.splitlines():
             if not _CREATES.search(line):
                 continue  # nothing here can create a path or change directory

@@ -15,12 +15,14 @@ arithmetic of the ``computed`` rule) is the twin's code, compiled with typed loc
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 from libc.stdint cimport uint8_t
+from libc.string cimport memcmp
 
 cimport cython
 
 import posixpath
 
 from rsr_async._native.leakrules import (
+    _ABSENT,
     _CREATE_ALL,
     _CREATE_LAST,
     _CREATES,
@@ -219,6 +221,72 @@ cdef list _numbers_back(str text, Py_ssize_t start, Py_ssize_t cut):
     return out
 
 
+cdef inline bint _word_at(const uint8_t* t, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    """``t[i]`` is a word character (``\\w``); past either end it is not."""
+    return 0 <= i < n and (_NUMBER_CLASS[t[i]] & 2) != 0
+
+
+cdef inline bint _literal_at(const uint8_t* t, Py_ssize_t n, Py_ssize_t i, const char* word,
+                             Py_ssize_t m) noexcept nogil:
+    return i + m <= n and memcmp(t + i, word, m) == 0
+
+
+cdef inline bint _whole_at(const uint8_t* t, Py_ssize_t n, Py_ssize_t i, const char* word,
+                           Py_ssize_t m) noexcept nogil:
+    """``\\bword\\b`` at ``i``, for a word of word characters."""
+    return (_literal_at(t, n, i, word, m) and not _word_at(t, n, i - 1)
+            and not _word_at(t, n, i + m))
+
+
+cdef bint _creates(str line) except -1:
+    """``_CREATES.search(line)`` is not None (the pattern written out for one-byte text:
+    ``mkdir``, ``touch``, ``tee``, ``>``, ``venv``, ``--out``, ``--target``, ``--prefix``,
+    ``--dest`` anywhere; ``cp mv ln install rsync cd git virtualenv`` as whole words;
+    ``-o``, ``-O``, ``-d`` with no word character after)."""
+    cdef const uint8_t* t
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(line), i
+    cdef uint8_t c
+    if PyUnicode_KIND(line) != 1:
+        return _CREATES.search(line) is not None
+    t = <const uint8_t*>PyUnicode_DATA(line)
+    for i in range(n):
+        c = t[i]
+        if c == 62:  # >
+            return True
+        if c == 109:  # m
+            if _literal_at(t, n, i, b"mkdir", 5) or _whole_at(t, n, i, b"mv", 2):
+                return True
+        elif c == 116:  # t
+            if _literal_at(t, n, i, b"touch", 5) or _literal_at(t, n, i, b"tee", 3):
+                return True
+        elif c == 118:  # v
+            if _literal_at(t, n, i, b"venv", 4) or _whole_at(t, n, i, b"virtualenv", 10):
+                return True
+        elif c == 99:  # c
+            if _whole_at(t, n, i, b"cp", 2) or _whole_at(t, n, i, b"cd", 2):
+                return True
+        elif c == 108:  # l
+            if _whole_at(t, n, i, b"ln", 2):
+                return True
+        elif c == 105:  # i
+            if _whole_at(t, n, i, b"install", 7):
+                return True
+        elif c == 114:  # r
+            if _whole_at(t, n, i, b"rsync", 5):
+                return True
+        elif c == 103:  # g
+            if _whole_at(t, n, i, b"git", 3):
+                return True
+        elif c == 45:  # -
+            if i + 1 < n and (t[i + 1] == 111 or t[i + 1] == 79 or t[i + 1] == 100) and (
+                    not _word_at(t, n, i + 2)):
+                return True
+            if (_literal_at(t, n, i, b"--out", 5) or _literal_at(t, n, i, b"--target", 8)
+                    or _literal_at(t, n, i, b"--prefix", 8) or _literal_at(t, n, i, b"--dest", 6)):
+                return True
+    return False
+
+
 cdef struct _Needle:
     const uint8_t* data
     Py_ssize_t length, r1, r2
@@ -299,6 +367,8 @@ cdef class Judge:
     cdef dict _numbers
     cdef tuple _operands
     cdef dict _parts
+    cdef list _absent
+    cdef Py_ssize_t _absent_count
     cdef list _pending
 
     def __init__(self, texts, sandbox, derive=True):
@@ -316,6 +386,8 @@ cdef class Judge:
         self._numbers = {}
         self._operands = (-1, [], [])
         self._parts = {}
+        self._absent = []
+        self._absent_count = 0
         self._pending = []
 
     # -- public text, read lazily: only a candidate ever pays for it ------------------
@@ -394,21 +466,32 @@ cdef class Judge:
         return False
 
     cdef bint _seen_part(self, str part):
-        """``part`` is a substring of some public text (memoised as texts only grow)."""
-        cdef Py_ssize_t searched = self._parts.get(part, 0)
+        """``part`` is a substring of some public text (memoised as texts only grow; a
+        part holding one recently found in no text is not searched for)."""
+        cdef Py_ssize_t searched = self._parts.get(part, 0), count = len(self._texts)
+        cdef str absent
+        cdef bint holds_absent = False
         if searched < 0:
             return True
-        if self._contains(part, searched):
+        if self._absent_count != count:
+            self._absent_count = count
+            self._absent = []
+        for absent in self._absent:
+            if absent in part:
+                holds_absent = True
+                break
+        if not holds_absent and self._contains(part, searched):
             self._parts[part] = -1
             return True
-        self._parts[part] = len(self._texts)
+        self._parts[part] = count
+        self._absent = self._absent[-(_ABSENT - 1):] + [part]
         return False
 
     cdef object _working_directory(self):
         cdef str text
         if self._cwd is None:
             for text in self._texts:
-                match = _PROMPT.search(text)
+                match = _PROMPT.search(text) if "@" in text else None
                 if match:
                     self._cwd = match.group(1).replace("~", "/root", 1)
                     break
@@ -457,14 +540,14 @@ cdef class Judge:
 
     cdef int _read_commands(self, str action) except -1:
         """Learn the paths this action creates and where it ``cd``s to."""
-        if not _CREATES.search(action):
+        if not _creates(action):
             # No line can create a path then: the pattern's words hold no line break, and
             # ``\b`` sees a line's edge as it sees the break beside it.
             return 0
         cdef Py_ssize_t i, start
         cdef list words
         for line in action.splitlines():
-            if not _CREATES.search(line):
+            if not _creates(line):
                 continue  # nothing here can create a path or change directory
             if "<<" in line and not line.lstrip().startswith(("cat", "tee", "python", "bash")):
                 continue
@@ -658,7 +741,8 @@ cdef class Judge:
                 break
         else:
             return found
-        programs = [m.span() for m in _SED_PROGRAM.finditer(action)]
+        programs = ([m.span() for m in _SED_PROGRAM.finditer(action)]
+                    if "'" in action or '"' in action else [])  # a program is quoted
         out = []
         for position, value, kind in found:
             if kind != "path":

@@ -115,6 +115,7 @@ _URL_PORT = re.compile(r"(\d{1,5})(/.*)?")
 _SED_PROGRAM = re.compile(r"""(['"])(?:\d+(?:,\d+)?)?[sy]([/|#:,@]).*?\1""")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 _NUMBER_CHUNK = 2048  # characters of a text the ``computed`` rule reads at a time, from its end
+_ABSENT = 8  # parts found in no text that a search first checks a new part for
 # Parts of a quoted string: a name (letters first, digits allowed: ``w0rd``, ``hunter2``)
 # or a number (``18`` of the sed address ``18p``).
 _PARTS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)?")
@@ -212,8 +213,8 @@ def _shell_words(line: str) -> list[str]:
 class Judge:
     """The second pass for one episode; shares the scanner's list of public texts."""
 
-    __slots__ = ("_created", "_cwd", "_derive", "_numbers", "_operands", "_parts", "_pending",
-                 "_sandbox", "_texts")
+    __slots__ = ("_absent", "_absent_count", "_created", "_cwd", "_derive", "_numbers",
+                 "_operands", "_parts", "_pending", "_sandbox", "_texts")
 
     def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None, derive: bool = True
                  ) -> None:
@@ -232,6 +233,8 @@ class Judge:
         self._numbers: dict[int, tuple[int, list[str]]] = {}
         self._operands: tuple[int, list[float], list[float]] = (-1, [], [])
         self._parts: dict[str, int] = {}
+        self._absent: list[str] = []  # parts no text holds, while there are _absent_count
+        self._absent_count = 0
         self._pending: list[str] = []  # actions whose shell syntax is not read yet
 
     # -- public text, read lazily: only a candidate ever pays for it ------------------
@@ -267,20 +270,28 @@ class Judge:
         return False
 
     def _seen_part(self, part: str) -> bool:
-        """``part`` is a substring of some public text (memoised as texts only grow)."""
+        """``part`` is a substring of some public text (memoised as texts only grow).
+
+        A part holding one that no text holds (among the last few found absent, with no
+        text added since) is not searched for: no text can hold it either.
+        """
         searched = self._parts.get(part, 0)
         if searched < 0:
             return True
-        if self._contains(part, searched):
+        count = len(self._texts)
+        if self._absent_count != count:
+            self._absent_count, self._absent = count, []
+        if not any(absent in part for absent in self._absent) and self._contains(part, searched):
             self._parts[part] = -1
             return True
-        self._parts[part] = len(self._texts)
+        self._parts[part] = count
+        self._absent = [*self._absent[-(_ABSENT - 1):], part]
         return False
 
     def _working_directory(self) -> str | None:
         if self._cwd is None:
             for text in self._texts:
-                match = _PROMPT.search(text)
+                match = _PROMPT.search(text) if "@" in text else None
                 if match:
                     self._cwd = match.group(1).replace("~", "/root", 1)
                     break
@@ -518,7 +529,8 @@ class Judge:
         """
         if not any(kind == "path" for _, _, kind in found):
             return found
-        programs = [m.span() for m in _SED_PROGRAM.finditer(action)]
+        programs = ([m.span() for m in _SED_PROGRAM.finditer(action)]
+                    if "'" in action or '"' in action else [])  # a program is quoted
         out: list[tuple[int, str, str]] = []
         for position, value, kind in found:
             if kind != "path":

@@ -138,6 +138,7 @@ cdef extern from *:
     """
     Py_ssize_t rsr_find(const uint8_t* hay, Py_ssize_t n, const uint8_t* needle, Py_ssize_t m,
                         Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t start) noexcept nogil
+    int rsr_avx2
 
 __all__ = ["Judge"]
 
@@ -806,6 +807,13 @@ cdef class Judge:
             rule, what = flags[index]
             out.append(_leak(turn, position, value, kind, rule, what))
         return out
+
+
+def _wide_simd(allowed):
+    """Tests only: ``False`` keeps searches on the SSE2 path even where the CPU has AVX2
+    (so both paths are checked against the twin), ``True`` asks the CPU again."""
+    global rsr_avx2
+    rsr_avx2 = -1 if allowed else 0
 
 
 cdef object _leak(turn, position, value, kind, rule, what):

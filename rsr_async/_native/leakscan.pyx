@@ -2,8 +2,8 @@
 """Leak scanning, compiled. Twin: ``leakscan_py.py`` (same answers; the rules are there).
 
 Every known text is read once through the PEP 393 API. One-byte text is classified 64
-bytes at a time (SSE2 compares to bit masks), so words that cannot be candidates are
-skipped without being visited. Candidate words go into an open-addressing table whose
+bytes at a time (AVX-512BW compares straight to bit masks where the CPU has them, SSE2
+otherwise), so words that cannot be candidates are skipped without being visited. Candidate words go into an open-addressing table whose
 entries point back into their text (plus their first and last 8 bytes inline), so no
 Python string is made for a known word. A lookup compares characters on a hash match:
 the answer is exact, never probabilistic.
@@ -62,8 +62,48 @@ cdef extern from *:
         }
     }
 
+    #if defined(__GNUC__) && defined(__x86_64__)
+    #define RSR_AVX512 1
+    #include <immintrin.h>
+    /* AVX-512BW: one 64-byte load, each class one or two compares straight to a mask. */
+    __attribute__((target("avx512bw")))
+    static void rsr_masks64_avx512(const uint8_t *p, rsr_masks *m) {
+        __m512i c = _mm512_loadu_si512((const void *)p);
+        __m512i lower = _mm512_or_si512(c, _mm512_set1_epi8(0x20));
+        __m512i from_a = _mm512_sub_epi8(lower, _mm512_set1_epi8('a'));
+        uint64_t digit = _mm512_cmple_epu8_mask(_mm512_sub_epi8(c, _mm512_set1_epi8('0')),
+                                                _mm512_set1_epi8(9));
+        uint64_t letter = _mm512_cmple_epu8_mask(from_a, _mm512_set1_epi8(25));
+        m->digit = digit;
+        m->letter = letter;
+        m->hex = letter & _mm512_cmple_epu8_mask(from_a, _mm512_set1_epi8(5));
+        m->zero = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('0'));
+        m->slash = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('/'));
+        m->dot = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('.'));
+        m->dash = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('-'));
+        m->plus = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('+'));
+        m->under = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('_'));
+        m->word = digit | letter | m->slash | m->dot | m->dash | m->plus | m->under
+                  | _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('~'));
+    }
+    #endif
+
+    static int rsr_avx512 = -1;  /* unknown until the first block asks the CPU */
+
     /* SSE2 where there is one: 16 bytes per step, no table, no branch per byte. */
     static inline void rsr_masks64(const uint8_t *p, int length, rsr_masks *m) {
+    #ifdef RSR_AVX512
+        if (length == 64) {
+            if (rsr_avx512 < 0) {
+                __builtin_cpu_init();
+                rsr_avx512 = __builtin_cpu_supports("avx512bw") ? 1 : 0;
+            }
+            if (rsr_avx512) {
+                rsr_masks64_avx512(p, m);
+                return;
+            }
+        }
+    #endif
     #if defined(__SSE2__)
         if (length == 64) {
             int k;
@@ -110,6 +150,7 @@ cdef extern from *:
     """
     ctypedef struct rsr_masks:
         uint64_t word, digit, zero, letter, hex, slash, dot, dash, plus, under
+    int rsr_avx512
     int rsr_ctz64(unsigned long long x) nogil
     int rsr_clz64(unsigned long long x) nogil
     void rsr_masks64(const uint8_t* p, int length, rsr_masks* m) nogil
@@ -765,6 +806,13 @@ cdef class LeakScanner:
             self._judge.note(a)
             return out
         return self._judge.judge(a, turn, out)
+
+
+def _wide_simd(allowed):
+    """Tests only: ``False`` keeps one-byte text on the SSE2 path even where the CPU has
+    AVX-512BW (so both paths are checked against the twin), ``True`` asks the CPU again."""
+    global rsr_avx512
+    rsr_avx512 = -1 if allowed else 0
 
 
 def scan_leaks(actions, context, *, instruction="", sandbox=None):

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rsr_async._native import scan_trajectory
@@ -19,6 +20,19 @@ from tests.native.strategies import (
 )
 
 PROMPT_SRV = "root@box:/srv/data_7# "
+
+
+@pytest.fixture(params=["wide", "narrow"])
+def simd(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The compiled scanner's widest SIMD path this CPU has, then SSE2 alone: both must
+    agree with the twin."""
+    kind: str = request.param
+    modules = [load_impl("leakscan", "native"), load_impl("leakjudge", "native")]
+    for module in modules:
+        module._wide_simd(kind == "wide")
+    yield kind
+    for module in modules:
+        module._wide_simd(True)
 
 
 def values(leaks: list[Leak]) -> list[tuple[str, str]]:
@@ -154,12 +168,12 @@ def test_scan_trajectory_ignores_private_and_harness_text() -> None:
 episode_text = st.one_of(text, long_ascii)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200, deadline=None)
 @given(
     st.lists(st.tuples(episode_text, episode_text), max_size=6),
     st.one_of(text, long_ascii),
 )
-def test_native_and_pure_agree(turns: list[tuple[str, str]], instruction: str) -> None:
+def test_native_and_pure_agree(simd: str, turns: list[tuple[str, str]], instruction: str) -> None:
     actions = [a for a, _ in turns]
     context = [c for _, c in turns]
     native = load_impl("leakscan", "native").scan_leaks(actions, context, instruction=instruction)
@@ -167,9 +181,9 @@ def test_native_and_pure_agree(turns: list[tuple[str, str]], instruction: str) -
     assert native == pure
 
 
-@settings(max_examples=60, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60, deadline=None)
 @given(st.integers(0, 130), st.integers(0, 130), st.sampled_from(["a", "9", "/", ".", "-", "f"]))
-def test_block_edges_agree(pad: int, length: int, fill: str) -> None:
+def test_block_edges_agree(simd: str, pad: int, length: int, fill: str) -> None:
     # Words of every length at every offset around the 64-byte blocks of the fast path.
     word = ("x9" + fill * length)[: max(length, 3)]
     known = " " * pad + word + " tail_value_12345 " + fill * length
@@ -178,7 +192,7 @@ def test_block_edges_agree(pad: int, length: int, fill: str) -> None:
         assert scanner.scan(f"{word} tail_value_12345") == [], kind
 
 
-@settings(max_examples=80, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=80, deadline=None)
 @given(
     st.integers(0, 70),
     st.lists(
@@ -191,7 +205,7 @@ def test_block_edges_agree(pad: int, length: int, fill: str) -> None:
     ),
     st.sampled_from([" ", "\x1b[", "\n", "  "]),
 )
-def test_short_words_at_block_edges_agree(pad: int, words: list[str], sep: str) -> None:
+def test_short_words_at_block_edges_agree(simd: str, pad: int, words: list[str], sep: str) -> None:
     # The fast path drops words of one or two characters by mask before it looks at
     # words one by one; three-character neighbours at any offset must still be known.
     known = " " * pad + sep.join(words)
@@ -214,22 +228,22 @@ def _both(actions: list[str], context: list[str], instruction: str = "") -> list
     return native
 
 
-@settings(max_examples=300, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=300, deadline=None)
 @given(wrapped_screen(), st.lists(wrapped_screen(), max_size=3))
-def test_wrapped_values_agree(case: tuple[str, str], others: list[tuple[str, str]]) -> None:
+def test_wrapped_values_agree(simd: str, case: tuple[str, str], others: list[tuple[str, str]]) -> None:
     value, screen = case
     screens = [s for _, s in others] + [screen]
     _both([f"echo {v} > f" for v, _ in others] + [f"echo {value} > f"],
           ["" for _ in others] + ["\n".join(screens)])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200, deadline=None)
 @given(st.lists(st.tuples(number_screen, number_action), min_size=1, max_size=5))
 def test_computed_numbers_agree(turns: list[tuple[str, str]]) -> None:
     _both([f"python3 -c 'print({n})' && echo {n}" for _, n in turns], [s for s, _ in turns])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200, deadline=None)
 @given(st.lists(st.tuples(shell_action, st.sampled_from(["", PROMPT_SRV, "ls\nf_1.csv in_3.csv"])),
                 min_size=1, max_size=6))
 def test_shell_syntax_agrees(turns: list[tuple[str, str]]) -> None:
@@ -245,10 +259,10 @@ def test_a_repeated_screen_changes_nothing(leakscan: ModuleType) -> None:
         "/app/other_7.csv"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=300, deadline=None)
 @given(st.text(alphabet="ab9.", min_size=3, max_size=40), st.text(alphabet="ab9. \n", max_size=90),
        st.text(alphabet="ab9. \n", max_size=90), st.booleans(), st.sampled_from(["", "é", "€"]))
-def test_substring_search_agrees(host: str, before: str, after: str, shown: bool,
+def test_substring_search_agrees(simd: str, host: str, before: str, after: str, shown: bool,
                                  wide: str) -> None:
     # A URL's host is cleared when some public text holds it anywhere: the compiled
     # search (16 or 32 starts a step, a scalar tail) at every offset and length.

@@ -5,8 +5,8 @@ rules, their constants and :class:`SandboxKnowledge` are there, shared by both).
 What the pure pass spends its time on is searching public text for values nobody showed:
 a value, its halves, the parts of a path. Here one-byte text (nearly every terminal
 screen) is searched in C, 16 starts at a time: two of the needle's rarest bytes are
-compared at their offsets together (SSE2, or AVX2 where the CPU has it), so a hit of one
-common byte costs no compare.
+compared at their offsets together (SSE2, or AVX2 or AVX-512BW where the CPU has them),
+so a hit of one common byte costs no compare.
 A wrapped value's windows are joined in C (the ``_JOIN`` pattern, written out) into a
 buffer that is searched the same way. Everything else (the shell syntax of actions, the
 arithmetic of the ``computed`` rule) is the twin's code, compiled with typed locals.
@@ -63,7 +63,8 @@ cdef extern from *:
 
     /* First start >= from where needle[0:m] occurs in hay[0:n], or -1. r1 and r2 are
        two offsets into the needle (its rarest bytes): a start is compared in full only
-       when both of those bytes match, and 16 starts (32 with AVX2) are tested per step. */
+       when both of those bytes match, and 16 starts (32 with AVX2, 64 with AVX-512BW) are
+       tested per step. */
     static inline Py_ssize_t rsr_find_tail(const uint8_t *hay, Py_ssize_t last,
                                            const uint8_t *needle, Py_ssize_t m,
                                            Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
@@ -118,20 +119,47 @@ cdef extern from *:
         }
         return rsr_find_tail(hay, last, needle, m, r1, r2, s);
     }
+
+    __attribute__((target("avx512bw")))
+    static Py_ssize_t rsr_find_avx512(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
+                                      Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
+        Py_ssize_t last = n - m;
+        __m512i b1 = _mm512_set1_epi8((char)needle[r1]), b2 = _mm512_set1_epi8((char)needle[r2]);
+        while (s + 63 <= last) {
+            uint64_t mask = _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(hay + s + r1), b1)
+                            & _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(hay + s + r2), b2);
+            while (mask) {
+                int k = __builtin_ctzll(mask);
+                if (memcmp(hay + s + k, needle, (size_t)m) == 0) return s + k;
+                mask &= mask - 1;
+            }
+            s += 64;
+        }
+        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
+    }
     #endif
 
-    static int rsr_avx2 = -1;  /* unknown until the first search asks the CPU */
+    /* The widest search the CPU has: 2 for AVX-512BW, 1 for AVX2, 0 for SSE2; -1 until
+       the first search asks. */
+    static int rsr_avx2 = -1;
+
+    static int rsr_cpu_level(void) {
+    #ifdef RSR_AVX2
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512bw") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+    #else
+        return 0;
+    #endif
+    }
 
     static Py_ssize_t rsr_find(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
                                Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t from) {
         if (m == 0) return from <= n ? from : -1;
         if (from > n - m) return -1;
     #ifdef RSR_AVX2
-        if (rsr_avx2 < 0) {
-            __builtin_cpu_init();
-            rsr_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
-        }
-        if (rsr_avx2) return rsr_find_avx2(hay, n, needle, m, r1, r2, from);
+        if (rsr_avx2 < 0) rsr_avx2 = rsr_cpu_level();
+        if (rsr_avx2 == 2) return rsr_find_avx512(hay, n, needle, m, r1, r2, from);
+        if (rsr_avx2 == 1) return rsr_find_avx2(hay, n, needle, m, r1, r2, from);
     #endif
         return rsr_find_sse2(hay, n, needle, m, r1, r2, from);
     }
@@ -139,6 +167,7 @@ cdef extern from *:
     Py_ssize_t rsr_find(const uint8_t* hay, Py_ssize_t n, const uint8_t* needle, Py_ssize_t m,
                         Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t start) noexcept nogil
     int rsr_avx2
+    int rsr_cpu_level() noexcept nogil
 
 __all__ = ["Judge"]
 
@@ -809,11 +838,11 @@ cdef class Judge:
         return out
 
 
-def _wide_simd(allowed):
-    """Tests only: ``False`` keeps searches on the SSE2 path even where the CPU has AVX2
-    (so both paths are checked against the twin), ``True`` asks the CPU again."""
+def _simd(level=None):
+    """Tests only: the widest search to use, at most what the CPU has: 0 SSE2, 1 AVX2,
+    2 AVX-512BW, ``None`` the CPU's best (so every path is checked against the twin)."""
     global rsr_avx2
-    rsr_avx2 = -1 if allowed else 0
+    rsr_avx2 = rsr_cpu_level() if level is None else min(int(level), rsr_cpu_level())
 
 
 cdef object _leak(turn, position, value, kind, rule, what):

@@ -808,11 +808,12 @@ cdef class LeakScanner:
         return self._judge.judge(a, turn, out)
 
 
-def _wide_simd(allowed):
-    """Tests only: ``False`` keeps one-byte text on the SSE2 path even where the CPU has
-    AVX-512BW (so both paths are checked against the twin), ``True`` asks the CPU again."""
+def _simd(level=None):
+    """Tests only: 0 keeps one-byte text on the SSE2 path even where the CPU has
+    AVX-512BW, ``None`` (or more) uses what the CPU has (so both are checked against the
+    twin)."""
     global rsr_avx512
-    rsr_avx512 = -1 if allowed else 0
+    rsr_avx512 = -1 if level is None or level >= 2 else 0
 
 
 def scan_leaks(actions, context, *, instruction="", sandbox=None):

@@ -22,17 +22,17 @@ from tests.native.strategies import (
 PROMPT_SRV = "root@box:/srv/data_7# "
 
 
-@pytest.fixture(params=["wide", "narrow"])
-def simd(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The compiled scanner's widest SIMD path this CPU has, then SSE2 alone: both must
-    agree with the twin."""
-    kind: str = request.param
+@pytest.fixture(params=[None, 1, 0], ids=["widest", "avx2", "sse2"])
+def simd(request: pytest.FixtureRequest) -> Iterator[int | None]:
+    """The compiled modules' widest SIMD path this CPU has, AVX2 at most, then SSE2 alone:
+    each must agree with the twin (a level the CPU lacks runs its best below it)."""
+    level: int | None = request.param
     modules = [load_impl("leakscan", "native"), load_impl("leakjudge", "native")]
     for module in modules:
-        module._wide_simd(kind == "wide")
-    yield kind
+        module._simd(level)
+    yield level
     for module in modules:
-        module._wide_simd(True)
+        module._simd(None)
 
 
 def values(leaks: list[Leak]) -> list[tuple[str, str]]:
@@ -173,7 +173,7 @@ episode_text = st.one_of(text, long_ascii)
     st.lists(st.tuples(episode_text, episode_text), max_size=6),
     st.one_of(text, long_ascii),
 )
-def test_native_and_pure_agree(simd: str, turns: list[tuple[str, str]], instruction: str) -> None:
+def test_native_and_pure_agree(simd: int | None, turns: list[tuple[str, str]], instruction: str) -> None:
     actions = [a for a, _ in turns]
     context = [c for _, c in turns]
     native = load_impl("leakscan", "native").scan_leaks(actions, context, instruction=instruction)
@@ -183,7 +183,7 @@ def test_native_and_pure_agree(simd: str, turns: list[tuple[str, str]], instruct
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60, deadline=None)
 @given(st.integers(0, 130), st.integers(0, 130), st.sampled_from(["a", "9", "/", ".", "-", "f"]))
-def test_block_edges_agree(simd: str, pad: int, length: int, fill: str) -> None:
+def test_block_edges_agree(simd: int | None, pad: int, length: int, fill: str) -> None:
     # Words of every length at every offset around the 64-byte blocks of the fast path.
     word = ("x9" + fill * length)[: max(length, 3)]
     known = " " * pad + word + " tail_value_12345 " + fill * length
@@ -205,7 +205,7 @@ def test_block_edges_agree(simd: str, pad: int, length: int, fill: str) -> None:
     ),
     st.sampled_from([" ", "\x1b[", "\n", "  "]),
 )
-def test_short_words_at_block_edges_agree(simd: str, pad: int, words: list[str], sep: str) -> None:
+def test_short_words_at_block_edges_agree(simd: int | None, pad: int, words: list[str], sep: str) -> None:
     # The fast path drops words of one or two characters by mask before it looks at
     # words one by one; three-character neighbours at any offset must still be known.
     known = " " * pad + sep.join(words)
@@ -230,7 +230,7 @@ def _both(actions: list[str], context: list[str], instruction: str = "") -> list
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=300, deadline=None)
 @given(wrapped_screen(), st.lists(wrapped_screen(), max_size=3))
-def test_wrapped_values_agree(simd: str, case: tuple[str, str], others: list[tuple[str, str]]) -> None:
+def test_wrapped_values_agree(simd: int | None, case: tuple[str, str], others: list[tuple[str, str]]) -> None:
     value, screen = case
     screens = [s for _, s in others] + [screen]
     _both([f"echo {v} > f" for v, _ in others] + [f"echo {value} > f"],
@@ -262,7 +262,7 @@ def test_a_repeated_screen_changes_nothing(leakscan: ModuleType) -> None:
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=300, deadline=None)
 @given(st.text(alphabet="ab9.", min_size=3, max_size=40), st.text(alphabet="ab9. \n", max_size=90),
        st.text(alphabet="ab9. \n", max_size=90), st.booleans(), st.sampled_from(["", "é", "€"]))
-def test_substring_search_agrees(simd: str, host: str, before: str, after: str, shown: bool,
+def test_substring_search_agrees(simd: int | None, host: str, before: str, after: str, shown: bool,
                                  wide: str) -> None:
     # A URL's host is cleared when some public text holds it anywhere: the compiled
     # search (16 or 32 starts a step, a scalar tail) at every offset and length.

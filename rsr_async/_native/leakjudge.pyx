@@ -15,6 +15,7 @@ arithmetic of the ``computed`` rule) is the twin's code, compiled with typed loc
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND
 from libc.stdint cimport uint8_t
+from libc.math cimport fabs
 from libc.string cimport memcmp
 
 cimport cython
@@ -46,7 +47,6 @@ from rsr_async._native.leakrules import (
     _carries_digits,
     _decimals,
     _shell_words,
-    _within,
 )
 from rsr_async.schema import Leak
 
@@ -315,6 +315,21 @@ cdef bint _creates(str line) except -1:
                     or _literal_at(t, n, i, b"--prefix", 8) or _literal_at(t, n, i, b"--dest", 6)):
                 return True
     return False
+
+
+cdef inline bint _within_c(const double* values, Py_ssize_t n, double target,
+                           double tolerance) noexcept nogil:
+    """``leakrules._within`` on a C array: ``bisect_right`` (same ``<`` compares), then
+    whether the value there lies below ``target + tolerance``."""
+    cdef double low = target - tolerance
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if low < values[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo < n and values[lo] < target + tolerance
 
 
 cdef struct _Needle:
@@ -706,21 +721,39 @@ cdef class Judge:
         decimals = _decimals(value)
         rounding = 0.5 * 10.0 ** -decimals if decimals else exact
         seen, with_units = self._seen_numbers()
-        for a in seen:
-            if a != target and abs(a - target) < rounding:
-                return "computed"  # a, rounded
-            if _within(seen, target - a, exact) or _within(seen, a - target, exact):
-                return "computed"
-        for a in with_units:
-            if a == 0.0 or a == 1.0:
-                continue
-            # a * b, then a as the divisor of b / a and of 100 * b / a
-            if (_within(with_units, target / a, rounding / a)
-                    or _within(with_units, target * a, rounding * a)
-                    or (a != 100.0 and _within(with_units, target * a / 100.0,
-                                               rounding * a / 100.0))):
-                return "computed"
-        return None
+        cdef Py_ssize_t n_seen = len(seen), n_units = len(with_units), i
+        cdef double* values = <double*>PyMem_Malloc((n_seen + n_units + 1) * sizeof(double))
+        cdef double* units = values + n_seen
+        cdef bint found = False
+        if values == NULL:
+            raise MemoryError()
+        for i in range(n_seen):
+            values[i] = seen[i]
+        for i in range(n_units):
+            units[i] = with_units[i]
+        for i in range(n_seen):
+            a = values[i]
+            if a != target and fabs(a - target) < rounding:
+                found = True  # a, rounded
+                break
+            if (_within_c(values, n_seen, target - a, exact)
+                    or _within_c(values, n_seen, a - target, exact)):
+                found = True
+                break
+        if not found:
+            for i in range(n_units):
+                a = units[i]
+                if a == 0.0 or a == 1.0:
+                    continue
+                # a * b, then a as the divisor of b / a and of 100 * b / a
+                if (_within_c(units, n_units, target / a, rounding / a)
+                        or _within_c(units, n_units, target * a, rounding * a)
+                        or (a != 100.0 and _within_c(units, n_units, target * a / 100.0,
+                                                     rounding * a / 100.0))):
+                    found = True
+                    break
+        PyMem_Free(values)
+        return "computed" if found else None
 
     cdef object _word_rule(self, str action, Py_ssize_t position, str value, str kind):
         before = action[max(0, position - 1):position]

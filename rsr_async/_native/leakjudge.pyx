@@ -468,7 +468,7 @@ cdef class Judge:
         for piece, offset in ((value[:half], 0), (value[half:], half)):
             if self._seen_part(piece):
                 shown.append((piece, offset))
-        if len(shown) == 2 and self._contains(value, 0):
+        if len(shown) == 2 and self._seen_part(value):
             return True
         # The byte needles are read only where value, piece and text are all one-byte.
         cdef bint bytewise = PyUnicode_KIND(value) == 1

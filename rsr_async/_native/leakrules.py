@@ -255,7 +255,7 @@ class Judge:
         n = len(value)
         shown = [(piece, offset) for piece, offset in ((value[:half], 0), (value[half:], half))
                  if self._seen_part(piece)]
-        if len(shown) == 2 and self._contains(value, 0):
+        if len(shown) == 2 and self._seen_part(value):
             return True
         for piece, offset in shown:
             for text in self._texts:

@@ -24,6 +24,11 @@ import posixpath
 
 from rsr_async._native.leakrules import (
     _ABSENT,
+    _BIN_DIRS,
+    _MODULE_ROOTS,
+    _ROOT_LINKS,
+    _SHELL_WORD,
+    _VIRTUAL,
     _CREATE_ALL,
     _CREATE_LAST,
     _CREATES,
@@ -44,10 +49,9 @@ from rsr_async._native.leakrules import (
     OPERANDS,
     RULES,
     SandboxKnowledge,
-    _carries_digits,
     _decimals,
-    _shell_words,
 )
+from rsr_async._native.sandbox_base import MODULES
 from rsr_async.schema import Leak
 
 cdef extern from "Python.h":
@@ -400,6 +404,38 @@ cdef Py_ssize_t _join_window(const uint8_t* w, Py_ssize_t n, uint8_t* out) noexc
     return o
 
 
+cdef str _dirname(str path):
+    """``posixpath.dirname`` of a str (its code, without the call through ``os.fspath``)."""
+    cdef str head = path[:path.rfind("/") + 1]
+    if head and head != "/" * len(head):
+        head = head.rstrip("/")
+    return head
+
+
+cdef str _basename(str path):
+    return path[path.rfind("/") + 1:]
+
+
+cdef bint _carries_digits(str part):
+    """``leakrules._carries_digits``."""
+    cdef Py_UCS4 c
+    if part.replace(".", "").isdigit():
+        return "." in part or len(part.strip("0")) >= 3
+    if len(part) < 3:
+        return False
+    for c in part:
+        if c.isdigit():
+            return True
+    return False
+
+
+cdef list _shell_words(str line):
+    """``leakrules._shell_words``."""
+    cdef str word
+    return [word[1:-1] if (word[0] == "'" or word[0] == '"') and len(word) >= 2 else word
+            for word in _SHELL_WORD.findall(line)]
+
+
 @cython.final
 cdef class Judge:
     """The second pass for one episode; shares the scanner's list of public texts."""
@@ -407,6 +443,8 @@ cdef class Judge:
     cdef bint _derive
     cdef list _texts
     cdef object _sandbox
+    cdef bint _plain  # a SandboxKnowledge itself (not a subclass): its sets are read here
+    cdef frozenset _paths, _commands
     cdef set _created
     cdef object _cwd
     cdef dict _numbers
@@ -426,6 +464,9 @@ cdef class Judge:
             )
         self._texts = texts  # the scanner appends to it; read, never written here
         self._sandbox = sandbox if sandbox is not None else _STANDARD
+        self._plain = type(self._sandbox) is SandboxKnowledge
+        self._paths = self._sandbox.paths
+        self._commands = self._sandbox.commands
         self._created = set()
         self._cwd = None
         self._numbers = {}
@@ -434,6 +475,26 @@ cdef class Judge:
         self._absent = []
         self._absent_count = 0
         self._pending = []
+
+    cdef bint _holds_path(self, str path):
+        """``SandboxKnowledge.holds_path`` (its code, on the sets read once)."""
+        cdef str head, name
+        if not self._plain:
+            return self._sandbox.holds_path(path)
+        if path in self._paths or path.startswith(_VIRTUAL) or path in _ROOT_LINKS:
+            return True
+        head, _, name = path.rpartition("/")
+        return head in _BIN_DIRS and name in self._commands
+
+    cdef bint _holds_name(self, str value):
+        """``SandboxKnowledge.holds_name`` (its code, on the sets read once)."""
+        if not self._plain:
+            return self._sandbox.holds_name(value)
+        if value in self._commands:
+            return True
+        return value.split(".", 1)[0] in _MODULE_ROOTS and (
+            value in MODULES or value.rsplit(".", 1)[0] in MODULES
+        )
 
     # -- public text, read lazily: only a candidate ever pays for it ------------------
 
@@ -630,7 +691,7 @@ cdef class Judge:
             i += 1
         if not args:
             return 0
-        command = posixpath.basename(args[0])
+        command = _basename(args[0])
         operands = [a for a in args[1:] if not a.startswith("-")]
         if command == "cd":
             target = operands[0] if operands else "/root"
@@ -640,8 +701,8 @@ cdef class Judge:
             self._created.update(made)
             if command == "mkdir" and ("-p" in args or "--parents" in args):
                 for path in made:  # and every parent the image did not have
-                    while (path := posixpath.dirname(path)) not in ("/", ""):
-                        if self._sandbox.holds_path(path):
+                    while (path := _dirname(path)) not in ("/", ""):
+                        if self._holds_path(path):
                             break
                         self._created.add(path)
         elif command in _CREATE_LAST and len(operands) >= 2:
@@ -675,7 +736,7 @@ cdef class Judge:
         while True:
             if probe in self._created:
                 return True
-            parent = posixpath.dirname(probe)
+            parent = _dirname(probe)
             if parent == probe or not parent:
                 return False
             probe = parent
@@ -687,7 +748,7 @@ cdef class Judge:
         cdef bint all_seen
         self._catch_up()
         path = self._resolve(value)
-        if self._sandbox.holds_path(path) or self._sandbox.holds_name(value):
+        if self._holds_path(path) or self._holds_name(value):
             return "sandbox"
         if self._own(path):
             return "own-path"
@@ -696,7 +757,7 @@ cdef class Judge:
         parts = [p for p in path.split("/") if p]
         for cut in range(len(parts), -1, -1):
             head = "/" + "/".join(parts[:cut])
-            if (cut == 0 or self._sandbox.holds_path(head) or head in self._created
+            if (cut == 0 or self._holds_path(head) or head in self._created
                     or (cut > 1 and self._seen_part(head))):
                 rest = parts[cut:]
                 all_seen = True
@@ -765,7 +826,7 @@ cdef class Judge:
             return self._number_rule(value)
         if kind == "host":
             return "everyday" if value == "localhost" or self._seen_part(value) else None
-        if self._sandbox.holds_name(value):
+        if self._holds_name(value):
             return "sandbox"
         if self._wrapped(value):
             return "wrapped"

@@ -24,10 +24,13 @@ _WORD = re.compile(r"[A-Za-z0-9_./+~-]+")
 
 
 def regex_set_leaks(instruction: str, actions: list[str], context: list[str],
-                    sandbox: SandboxKnowledge | None = None) -> list[Leak]:
+                    sandbox: SandboxKnowledge | None = None, *, derive: bool = True
+                    ) -> list[Leak]:
+    """Leaks of one episode, as ``scan_leaks`` finds them (``derive=False``: the first pass
+    only, every unseen literal flagged)."""
     known: set[str] = set()
     texts: list[str] = []
-    judge = Judge(texts, sandbox)
+    judge = Judge(texts, sandbox, derive)
     reported: set[str] = set()
     out: list[Leak] = []
     if instruction:

@@ -180,7 +180,9 @@ cdef uint8_t _RANK[256]  # guessed frequency of a byte in terminal text; lower i
 
 cdef void _init_rank() noexcept:
     cdef int c
-    cdef bytes common = b" etaoinsrhldcumfpgwybvkxjqz_-./0123456789=:\n"
+    # Most common first, as counted on the labelled corpus's screens and bench native's:
+    # digits are as common in terminal output as the middle of the alphabet.
+    cdef bytes common = b" etoasrin1l0dcu-2m/3p:.h_4b6g5f8y7w9kv=xjqz\n"
     for c in range(256):
         _RANK[c] = 0 if c < 32 or c >= 127 else 1
     for c in range(ord("A"), ord("Z") + 1):

@@ -2,10 +2,12 @@
 
 The first pass (``leakscan.pyx`` or its twin) finds candidates no public text contains as
 a word. Most of those are no leak at all on ordinary terminal work: a path the model
-typed before listing it, ``755``, ``sha256sum``, a sed program. This pass, shared by both
-twins (so they cannot disagree), clears a candidate when one of these rules holds, and
-names the rule that flagged it otherwise. It runs only on first-pass candidates, so its
-cost is per flag, not per byte of output.
+typed before listing it, ``755``, ``sha256sum``, a sed program. This pass clears a
+candidate when one of these rules holds, and names the rule that flagged it otherwise.
+It runs only on first-pass candidates, so its cost is per flag, not per byte of output.
+:class:`Judge` here is the pure twin's; ``leakjudge.pyx`` is its compiled twin (the
+compiled scanner's), same verdicts, checked against each other by the tests; the rules'
+constants and :class:`SandboxKnowledge` are shared by both.
 
 Rules that clear a candidate (each has a test in ``tests/native/test_leakscan.py``):
 
@@ -166,6 +168,8 @@ class SandboxKnowledge:
                                 paths=self.paths | frozenset(paths))
 
     def holds_name(self, value: str) -> bool:
+        """A command, or a standard-library module or ``module.attribute``. (The compiled
+        second pass, ``leakjudge.pyx``, has a copy of this test: change both.)"""
         if value in self.commands:
             return True
         return value.split(".", 1)[0] in _MODULE_ROOTS and (
@@ -173,6 +177,8 @@ class SandboxKnowledge:
         )
 
     def holds_path(self, path: str) -> bool:
+        """A path of the image, a virtual file system's, or a command in a ``bin``
+        directory. (``leakjudge.pyx`` has a copy of this test: change both.)"""
         if path in self.paths or path.startswith(_VIRTUAL) or path in _ROOT_LINKS:
             return True
         head, _, name = path.rpartition("/")

@@ -3,10 +3,12 @@
 
 Every known text is read once through the PEP 393 API. One-byte text is classified 64
 bytes at a time (AVX-512BW compares straight to bit masks where the CPU has them, SSE2
-otherwise), so words that cannot be candidates are skipped without being visited. Candidate words go into an open-addressing table whose
-entries point back into their text (plus their first and last 8 bytes inline), so no
-Python string is made for a known word. A lookup compares characters on a hash match:
-the answer is exact, never probabilistic.
+otherwise), so words that cannot be candidates are skipped without being visited.
+Candidate words go into an open-addressing table whose entries point back into their
+text (plus their first and last 8 bytes inline), so no Python string is made for a known
+word. A lookup compares characters on a hash match: the answer is exact, never
+probabilistic. A text equal to the one before it (a screen that did not change) is not
+read again.
 """
 
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -90,7 +92,8 @@ cdef extern from *:
 
     static int rsr_avx512 = -1;  /* unknown until the first block asks the CPU */
 
-    /* SSE2 where there is one: 16 bytes per step, no table, no branch per byte. */
+    /* AVX-512BW where the CPU has it, else SSE2 where there is one (16 bytes per step):
+       no table, no branch per byte. */
     static inline void rsr_masks64(const uint8_t *p, int length, rsr_masks *m) {
     #ifdef RSR_AVX512
         if (length == 64) {

@@ -2,10 +2,12 @@
 
 The first pass (``leakscan.pyx`` or its twin) finds candidates no public text contains as
 a word. Most of those are no leak at all on ordinary terminal work: a path the model
-typed before listing it, ``755``, ``sha256sum``, a sed program. This pass, shared by both
-twins (so they cannot disagree), clears a candidate when one of these rules holds, and
-names the rule that flagged it otherwise. It runs only on first-pass candidates, so its
-cost is per flag, not per byte of output.
+typed before listing it, ``755``, ``sha256sum``, a sed program. This pass clears a
+candidate when one of these rules holds, and names the rule that flagged it otherwise.
+It runs only on first-pass candidates, so its cost is per flag, not per byte of output.
+:class:`Judge` here is the pure twin's; ``leakjudge.pyx`` is its compiled twin (the
+compiled scanner's), same verdicts, checked against each other by the tests; the rules'
+constants and :class:`SandboxKnowledge` are shared by both.
 
 Rules that clear a candidate (each has a test in ``tests/native/test_leakscan.py``):
 
@@ -54,7 +56,7 @@ from __future__ import annotations
 import bisect
 import posixpath
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from ..schema import Leak
 from .sandbox_base import COMMANDS, MODULES, PATHS
@@ -114,6 +116,8 @@ _BIN_DIRS = frozenset({"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin
 _URL_PORT = re.compile(r"(\d{1,5})(/.*)?")
 _SED_PROGRAM = re.compile(r"""(['"])(?:\d+(?:,\d+)?)?[sy]([/|#:,@]).*?\1""")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+_NUMBER_CHUNK = 2048  # characters of a text the ``computed`` rule reads at a time, from its end
+_ABSENT = 8  # parts found in no text that a search first checks a new part for
 # Parts of a quoted string: a name (letters first, digits allowed: ``w0rd``, ``hunter2``)
 # or a number (``18`` of the sed address ``18p``).
 _PARTS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)?")
@@ -164,6 +168,8 @@ class SandboxKnowledge:
                                 paths=self.paths | frozenset(paths))
 
     def holds_name(self, value: str) -> bool:
+        """A command, or a standard-library module or ``module.attribute``. (The compiled
+        second pass, ``leakjudge.pyx``, has a copy of this test: change both.)"""
         if value in self.commands:
             return True
         return value.split(".", 1)[0] in _MODULE_ROOTS and (
@@ -171,6 +177,8 @@ class SandboxKnowledge:
         )
 
     def holds_path(self, path: str) -> bool:
+        """A path of the image, a virtual file system's, or a command in a ``bin``
+        directory. (``leakjudge.pyx`` has a copy of this test: change both.)"""
         if path in self.paths or path.startswith(_VIRTUAL) or path in _ROOT_LINKS:
             return True
         head, _, name = path.rpartition("/")
@@ -211,18 +219,14 @@ def _shell_words(line: str) -> list[str]:
 class Judge:
     """The second pass for one episode; shares the scanner's list of public texts."""
 
-    __slots__ = ("_contains", "_created", "_cwd", "_derive", "_numbers", "_operands", "_parts",
-                 "_pending", "_sandbox", "_texts")
+    __slots__ = ("_absent", "_absent_count", "_created", "_cwd", "_derive", "_numbers",
+                 "_operands", "_parts", "_pending", "_sandbox", "_texts")
 
-    def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None, derive: bool = True,
-                 contains: Callable[[str, int], bool] | None = None) -> None:
+    def __init__(self, texts: list[str], sandbox: SandboxKnowledge | None, derive: bool = True
+                 ) -> None:
         if not isinstance(derive, bool):
             raise TypeError(f"LeakScanner: derive must be a bool, got {type(derive).__name__}")
         self._derive = derive
-        # ``contains(value, start)``: value is a substring of texts[start:]. The compiled
-        # scanner passes its own (memchr on the rarest byte over the buffers it holds);
-        # same answer as ``in``, only faster.
-        self._contains = contains if contains is not None else self._contains_py
         if sandbox is not None and not isinstance(sandbox, SandboxKnowledge):
             raise TypeError(
                 f"LeakScanner: sandbox must be a SandboxKnowledge, got {type(sandbox).__name__}"
@@ -231,29 +235,35 @@ class Judge:
         self._sandbox = sandbox if sandbox is not None else _STANDARD
         self._created: set[str] = set()
         self._cwd: str | None = None
-        self._numbers: dict[int, list[str]] = {}
+        # text index -> (where reading stopped, the numbers of text[cut:], newest first)
+        self._numbers: dict[int, tuple[int, list[str]]] = {}
         self._operands: tuple[int, list[float], list[float]] = (-1, [], [])
         self._parts: dict[str, int] = {}
+        self._absent: list[str] = []  # parts no text holds, while there are _absent_count
+        self._absent_count = 0
         self._pending: list[str] = []  # actions whose shell syntax is not read yet
 
     # -- public text, read lazily: only a candidate ever pays for it ------------------
 
-    def _contains_py(self, value: str, start: int) -> bool:
+    def _contains(self, value: str, start: int) -> bool:
+        """``value`` is a substring of some text from ``texts[start]`` on."""
         return any(value in text for text in self._texts[start:])
 
     def _wrapped(self, value: str) -> bool:
         """``value`` is in some public text, whole or broken by line wraps.
 
         A break falls in one half of the value at most, so the other half is intact: only
-        around its occurrences is the text joined (cheaper than joining every screen).
+        around its occurrences is the text joined (cheaper than joining every screen). The
+        halves are looked for first: a value never shown (the usual case) has neither, and
+        then the value itself, which holds both, cannot be whole anywhere either.
         """
-        if self._contains(value, 0):
-            return True
         half = len(value) // 2
         n = len(value)
-        for piece, offset in ((value[:half], 0), (value[half:], half)):
-            if not self._contains(piece, 0):
-                continue  # the usual answer for a value never shown: one fast search
+        shown = [(piece, offset) for piece, offset in ((value[:half], 0), (value[half:], half))
+                 if self._seen_part(piece)]
+        if len(shown) == 2 and self._seen_part(value):
+            return True
+        for piece, offset in shown:
             for text in self._texts:
                 at = text.find(piece)
                 hits = 0
@@ -266,20 +276,28 @@ class Judge:
         return False
 
     def _seen_part(self, part: str) -> bool:
-        """``part`` is a substring of some public text (memoised as texts only grow)."""
+        """``part`` is a substring of some public text (memoised as texts only grow).
+
+        A part holding one that no text holds (among the last few found absent, with no
+        text added since) is not searched for: no text can hold it either.
+        """
         searched = self._parts.get(part, 0)
         if searched < 0:
             return True
-        if self._contains(part, searched):
+        count = len(self._texts)
+        if self._absent_count != count:
+            self._absent_count, self._absent = count, []
+        if not any(absent in part for absent in self._absent) and self._contains(part, searched):
             self._parts[part] = -1
             return True
-        self._parts[part] = len(self._texts)
+        self._parts[part] = count
+        self._absent = [*self._absent[-(_ABSENT - 1):], part]
         return False
 
     def _working_directory(self) -> str | None:
         if self._cwd is None:
             for text in self._texts:
-                match = _PROMPT.search(text)
+                match = _PROMPT.search(text) if "@" in text else None
                 if match:
                     self._cwd = match.group(1).replace("~", "/root", 1)
                     break
@@ -288,18 +306,30 @@ class Judge:
     def _seen_numbers(self) -> tuple[list[float], list[float]]:
         """The last distinct numbers in view, and the same with the unit constants.
 
-        Read from the newest text back, only as far as it takes to find enough of them.
+        Read from the newest text back, only as far as it takes to find enough of them:
+        a text is read from its end, :data:`_NUMBER_CHUNK` characters at a time, each
+        piece starting at a line start (no number spans a line break, and the pattern's
+        look-arounds see a line break as they see the text's edge, so the pieces give
+        the numbers the whole text would).
         """
         count = len(self._texts)
         if self._operands[0] == count:
             return self._operands[1], self._operands[2]
         recent: dict[str, None] = {}
         for index in range(count - 1, -1, -1):
-            numbers = self._numbers.get(index)
-            if numbers is None:
-                numbers = self._numbers[index] = _NUMBER.findall(self._texts[index])
-            for number in reversed(numbers):
-                recent.setdefault(number.lstrip("-"), None)
+            text = self._texts[index]
+            cut, numbers = self._numbers.get(index, (len(text), []))
+            read = 0
+            while True:
+                for number in numbers[read:]:  # newest first
+                    recent.setdefault(number.lstrip("-"), None)
+                read = len(numbers)
+                if len(recent) >= OPERANDS or cut == 0:
+                    break
+                start = text.rfind("\n", 0, max(0, cut - _NUMBER_CHUNK)) + 1
+                numbers = numbers + _NUMBER.findall(text, start, cut)[::-1]
+                cut = start
+            self._numbers[index] = (cut, numbers)
             if len(recent) >= OPERANDS:
                 break
         values = sorted({float(n) for n in list(recent)[:OPERANDS]})
@@ -320,6 +350,10 @@ class Judge:
 
     def _read_commands(self, action: str) -> None:
         """Learn the paths this action creates and where it ``cd``s to."""
+        if not _CREATES.search(action):
+            # No line can create a path then: the pattern's words hold no line break, and
+            # ``\b`` sees a line's edge as it sees the break beside it.
+            return
         for line in action.splitlines():
             if not _CREATES.search(line):
                 continue  # nothing here can create a path or change directory
@@ -501,7 +535,8 @@ class Judge:
         """
         if not any(kind == "path" for _, _, kind in found):
             return found
-        programs = [m.span() for m in _SED_PROGRAM.finditer(action)]
+        programs = ([m.span() for m in _SED_PROGRAM.finditer(action)]
+                    if "'" in action or '"' in action else [])  # a program is quoted
         out: list[tuple[int, str, str]] = []
         for position, value, kind in found:
             if kind != "path":

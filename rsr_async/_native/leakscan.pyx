@@ -2,11 +2,13 @@
 """Leak scanning, compiled. Twin: ``leakscan_py.py`` (same answers; the rules are there).
 
 Every known text is read once through the PEP 393 API. One-byte text is classified 64
-bytes at a time (SSE2 compares to bit masks), so words that cannot be candidates are
-skipped without being visited. Candidate words go into an open-addressing table whose
-entries point back into their text (plus their first and last 8 bytes inline), so no
-Python string is made for a known word. A lookup compares characters on a hash match:
-the answer is exact, never probabilistic.
+bytes at a time (AVX-512BW compares straight to bit masks where the CPU has them, SSE2
+otherwise), so words that cannot be candidates are skipped without being visited.
+Candidate words go into an open-addressing table whose entries point back into their
+text (plus their first and last 8 bytes inline), so no Python string is made for a known
+word. A lookup compares characters on a hash match: the answer is exact, never
+probabilistic. A text equal to the one before it (a screen that did not change) is not
+read again.
 """
 
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -18,7 +20,8 @@ cimport cython
 
 from collections.abc import Sequence
 
-from rsr_async._native.leakrules import Judge, SandboxKnowledge
+from rsr_async._native.leakjudge import Judge
+from rsr_async._native.leakrules import SandboxKnowledge
 
 cdef extern from "Python.h":
     # A macro over the string's own buffer: safe without the GIL while the string lives.
@@ -61,8 +64,49 @@ cdef extern from *:
         }
     }
 
-    /* SSE2 where there is one: 16 bytes per step, no table, no branch per byte. */
+    #if defined(__GNUC__) && defined(__x86_64__)
+    #define RSR_AVX512 1
+    #include <immintrin.h>
+    /* AVX-512BW: one 64-byte load, each class one or two compares straight to a mask. */
+    __attribute__((target("avx512bw")))
+    static void rsr_masks64_avx512(const uint8_t *p, rsr_masks *m) {
+        __m512i c = _mm512_loadu_si512((const void *)p);
+        __m512i lower = _mm512_or_si512(c, _mm512_set1_epi8(0x20));
+        __m512i from_a = _mm512_sub_epi8(lower, _mm512_set1_epi8('a'));
+        uint64_t digit = _mm512_cmple_epu8_mask(_mm512_sub_epi8(c, _mm512_set1_epi8('0')),
+                                                _mm512_set1_epi8(9));
+        uint64_t letter = _mm512_cmple_epu8_mask(from_a, _mm512_set1_epi8(25));
+        m->digit = digit;
+        m->letter = letter;
+        m->hex = letter & _mm512_cmple_epu8_mask(from_a, _mm512_set1_epi8(5));
+        m->zero = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('0'));
+        m->slash = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('/'));
+        m->dot = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('.'));
+        m->dash = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('-'));
+        m->plus = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('+'));
+        m->under = _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('_'));
+        m->word = digit | letter | m->slash | m->dot | m->dash | m->plus | m->under
+                  | _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8('~'));
+    }
+    #endif
+
+    static int rsr_avx512 = -1;  /* unknown until the first block asks the CPU */
+
+    /* AVX-512BW where the CPU has it, else SSE2 where there is one (16 bytes per step):
+       no table, no branch per byte. */
     static inline void rsr_masks64(const uint8_t *p, int length, rsr_masks *m) {
+    #ifdef RSR_AVX512
+        if (length == 64) {
+            if (rsr_avx512 < 0) {
+                __builtin_cpu_init();
+                rsr_avx512 = __builtin_cpu_supports("avx512bw") ? 1 : 0;
+            }
+            if (rsr_avx512) {
+                rsr_masks64_avx512(p, m);
+                return;
+            }
+        }
+    #endif
     #if defined(__SSE2__)
         if (length == 64) {
             int k;
@@ -109,6 +153,7 @@ cdef extern from *:
     """
     ctypedef struct rsr_masks:
         uint64_t word, digit, zero, letter, hex, slash, dot, dash, plus, under
+    int rsr_avx512
     int rsr_ctz64(unsigned long long x) nogil
     int rsr_clz64(unsigned long long x) nogil
     void rsr_masks64(const uint8_t* p, int length, rsr_masks* m) nogil
@@ -397,7 +442,7 @@ cdef class LeakScanner:
     cdef Py_ssize_t _cap, _bits, _count, _entries_cap
     cdef set _reported
     cdef dict _quoted  # quoted value -> texts searched without a hit; -1: known
-    cdef object _judge  # the second pass (leakrules.Judge), shared with the pure twin
+    cdef object _judge  # the second pass: leakjudge.Judge, the compiled twin of leakrules.Judge
 
     def __cinit__(self):
         global _spare_slots, _spare_entries, _spare_bits
@@ -424,7 +469,7 @@ cdef class LeakScanner:
             raise MemoryError()
 
     def __init__(self, instruction="", *, sandbox=None, derive=True):
-        self._judge = Judge(self._texts, sandbox, derive, self._contains_from)
+        self._judge = Judge(self._texts, sandbox, derive)
         self.observe(instruction)
 
     def __dealloc__(self):
@@ -552,6 +597,8 @@ cdef class LeakScanner:
         cdef Py_ssize_t n = PyUnicode_GET_LENGTH(t)
         if n == 0:
             return
+        if self._n_texts and t == <str>self._texts[self._n_texts - 1]:
+            return  # the screen did not change: nothing new to know
         self._add_text(t)
         cdef Py_ssize_t tidx = self._n_texts - 1
         cdef int kind = PyUnicode_KIND(t)
@@ -674,23 +721,6 @@ cdef class LeakScanner:
             return False  # the table holds words, and words are ASCII
         return self._lookup(kind, data, 0, n, -1) == 1
 
-    def _contains_from(self, str value, Py_ssize_t start):
-        """``value`` is a substring of a known text from ``start`` on (the second pass's
-        search, by the same memchr-on-the-rarest-byte loop as quoted values)."""
-        cdef int kind = PyUnicode_KIND(value)
-        cdef const uint8_t* needle = <const uint8_t*>PyUnicode_DATA(value)
-        cdef Py_ssize_t m = PyUnicode_GET_LENGTH(value), rare = 0, i
-        if kind == 1:
-            rare = _rarest(needle, m)
-        for i in range(start, self._n_texts):
-            if kind == 1 and self._kinds[i] == 1:
-                if _contains_bytes(<const uint8_t*>self._datas[i],
-                                   PyUnicode_GET_LENGTH(<str>self._texts[i]), needle, m, rare):
-                    return True
-            elif value in <str>self._texts[i]:
-                return True
-        return False
-
     cdef bint _known_quoted(self, str value):
         # Texts only grow: a value found once stays known (-1), and one not found in the
         # first k texts need only be looked for in the newer ones next time.
@@ -779,6 +809,14 @@ cdef class LeakScanner:
             self._judge.note(a)
             return out
         return self._judge.judge(a, turn, out)
+
+
+def _simd(level=None):
+    """Tests only: 0 keeps one-byte text on the SSE2 path even where the CPU has
+    AVX-512BW, ``None`` (or more) uses what the CPU has (so both are checked against the
+    twin)."""
+    global rsr_avx512
+    rsr_avx512 = -1 if level is None or level >= 2 else 0
 
 
 def scan_leaks(actions, context, *, instruction="", sandbox=None):

@@ -25,7 +25,8 @@ Known
     A word candidate is known when the same candidate word was extracted from the known
     text (token match, so ``1234`` is not known from ``12345``). A quoted candidate is
     known when it is a known word or a substring of any known text. The known text is the
-    instruction plus every observation seen so far; it only grows.
+    instruction plus every observation seen so far; it only grows. A text equal to the
+    last one observed (a screen that did not change) adds nothing and is not kept twice.
 
 Each leaked value is reported once per episode, at its first use: ``Leak(value, kind,
 turn, position, rule, why)`` with ``position`` the index (in code points) in the action
@@ -131,8 +132,8 @@ class LeakScanner:
         """Add text the model has now seen (an observation, the instruction)."""
         if not isinstance(text, str):
             raise TypeError(f"LeakScanner.observe: expected str, got {type(text).__name__}")
-        if not text:
-            return
+        if not text or (self._texts and text == self._texts[-1]):
+            return  # nothing, or the screen did not change: nothing new to know
         self._texts.append(text)
         # Every trimmed word, candidate or not: cheaper than classifying each, and the
         # same answers, since only candidates are ever looked up.

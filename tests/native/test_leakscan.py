@@ -1,15 +1,38 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rsr_async._native import scan_trajectory
 from rsr_async.schema import Command, Leak, Message, Trajectory
 from tests.native.conftest import load_impl
-from tests.native.strategies import long_ascii, text
+from tests.native.strategies import (
+    long_ascii,
+    number_action,
+    number_screen,
+    shell_action,
+    text,
+    wrapped_screen,
+)
+
+PROMPT_SRV = "root@box:/srv/data_7# "
+
+
+@pytest.fixture(params=[None, 1, 0], ids=["widest", "avx2", "sse2"])
+def simd(request: pytest.FixtureRequest) -> Iterator[int | None]:
+    """The compiled modules' widest SIMD path this CPU has, AVX2 at most, then SSE2 alone:
+    each must agree with the twin (a level the CPU lacks runs its best below it)."""
+    level: int | None = request.param
+    modules = [load_impl("leakscan", "native"), load_impl("leakjudge", "native")]
+    for module in modules:
+        module._simd(level)
+    yield level
+    for module in modules:
+        module._simd(None)
 
 
 def values(leaks: list[Leak]) -> list[tuple[str, str]]:
@@ -145,12 +168,12 @@ def test_scan_trajectory_ignores_private_and_harness_text() -> None:
 episode_text = st.one_of(text, long_ascii)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200, deadline=None)
 @given(
     st.lists(st.tuples(episode_text, episode_text), max_size=6),
     st.one_of(text, long_ascii),
 )
-def test_native_and_pure_agree(turns: list[tuple[str, str]], instruction: str) -> None:
+def test_native_and_pure_agree(simd: int | None, turns: list[tuple[str, str]], instruction: str) -> None:
     actions = [a for a, _ in turns]
     context = [c for _, c in turns]
     native = load_impl("leakscan", "native").scan_leaks(actions, context, instruction=instruction)
@@ -158,9 +181,9 @@ def test_native_and_pure_agree(turns: list[tuple[str, str]], instruction: str) -
     assert native == pure
 
 
-@settings(max_examples=60, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60, deadline=None)
 @given(st.integers(0, 130), st.integers(0, 130), st.sampled_from(["a", "9", "/", ".", "-", "f"]))
-def test_block_edges_agree(pad: int, length: int, fill: str) -> None:
+def test_block_edges_agree(simd: int | None, pad: int, length: int, fill: str) -> None:
     # Words of every length at every offset around the 64-byte blocks of the fast path.
     word = ("x9" + fill * length)[: max(length, 3)]
     known = " " * pad + word + " tail_value_12345 " + fill * length
@@ -169,7 +192,7 @@ def test_block_edges_agree(pad: int, length: int, fill: str) -> None:
         assert scanner.scan(f"{word} tail_value_12345") == [], kind
 
 
-@settings(max_examples=80, deadline=None)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=80, deadline=None)
 @given(
     st.integers(0, 70),
     st.lists(
@@ -182,7 +205,7 @@ def test_block_edges_agree(pad: int, length: int, fill: str) -> None:
     ),
     st.sampled_from([" ", "\x1b[", "\n", "  "]),
 )
-def test_short_words_at_block_edges_agree(pad: int, words: list[str], sep: str) -> None:
+def test_short_words_at_block_edges_agree(simd: int | None, pad: int, words: list[str], sep: str) -> None:
     # The fast path drops words of one or two characters by mask before it looks at
     # words one by one; three-character neighbours at any offset must still be known.
     known = " " * pad + sep.join(words)
@@ -193,3 +216,70 @@ def test_short_words_at_block_edges_agree(pad: int, words: list[str], sep: str) 
         results.append(module.scan_leaks([action], [known]))
     assert results[0] == results[1]
     assert all(leak.value in ("1234", "/a/b") for leak in results[0])
+
+
+# The second pass is compiled too (leakjudge.pyx, twin of leakrules.Judge): the rules that
+# search public text, read numbers and follow shell syntax must clear the same values.
+
+def _both(actions: list[str], context: list[str], instruction: str = "") -> list[Leak]:
+    native = load_impl("leakscan", "native").scan_leaks(actions, context, instruction=instruction)
+    pure = load_impl("leakscan", "pure").scan_leaks(actions, context, instruction=instruction)
+    assert native == pure
+    return native
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=300, deadline=None)
+@given(wrapped_screen(), st.lists(wrapped_screen(), max_size=3))
+def test_wrapped_values_agree(simd: int | None, case: tuple[str, str], others: list[tuple[str, str]]) -> None:
+    value, screen = case
+    screens = [s for _, s in others] + [screen]
+    _both([f"echo {v} > f" for v, _ in others] + [f"echo {value} > f"],
+          ["" for _ in others] + ["\n".join(screens)])
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200, deadline=None)
+@given(st.lists(st.tuples(number_screen, number_action), min_size=1, max_size=5))
+def test_computed_numbers_agree(turns: list[tuple[str, str]]) -> None:
+    _both([f"python3 -c 'print({n})' && echo {n}" for _, n in turns], [s for s, _ in turns])
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200, deadline=None)
+@given(st.lists(st.tuples(shell_action, st.sampled_from(["", PROMPT_SRV, "ls\nf_1.csv in_3.csv"])),
+                min_size=1, max_size=6))
+def test_shell_syntax_agrees(turns: list[tuple[str, str]]) -> None:
+    _both([a for a, _ in turns], [c for _, c in turns], instruction="Work in /srv.")
+
+
+def test_a_repeated_screen_changes_nothing(leakscan: ModuleType) -> None:
+    # An unchanged screen is not kept twice; what it showed stays known, and the numbers
+    # the computed rule reads are the same.
+    screen = "root@box:/app# ls\nsize 1200 of 3400 /app/data_9.csv\n"
+    actions = ["cat /app/data_9.csv", "echo 4600", "cat /app/other_7.csv"]
+    assert [x.value for x in leakscan.scan_leaks(actions, [screen, screen, screen])] == [
+        "/app/other_7.csv"]
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=300, deadline=None)
+@given(st.text(alphabet="ab9.", min_size=3, max_size=40), st.text(alphabet="ab9. \n", max_size=90),
+       st.text(alphabet="ab9. \n", max_size=90), st.booleans(), st.sampled_from(["", "é", "€"]))
+def test_substring_search_agrees(simd: int | None, host: str, before: str, after: str, shown: bool,
+                                 wide: str) -> None:
+    # A URL's host is cleared when some public text holds it anywhere: the compiled
+    # search (16 or 32 starts a step, a scalar tail) at every offset and length.
+    screen = before + (host if shown else host[:-1]) + after + wide
+    _both([f"curl http://{host}/api_v1"], [screen])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 9999), min_size=2, max_size=60), st.integers(0, 59),
+       st.integers(0, 59), st.sampled_from(["+", "-", "*", "/", "%", "~", "x"]),
+       st.integers(0, 3))
+def test_arithmetic_of_shown_numbers_agrees(shown: list[int], i: int, j: int, op: str,
+                                            places: int) -> None:
+    # One step from numbers in view, at every precision: the compiled rule's C bisect
+    # and the twin's must clear (and miss) the same results.
+    a, b = shown[i % len(shown)], shown[j % len(shown)]
+    result = {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "%": 100 * a / b,
+              "~": a + 0.5, "x": a * b + 7}[op]
+    typed = f"{result:.{places}f}"
+    _both([f"echo {typed}"], [" ".join(map(str, shown))])

@@ -39,6 +39,17 @@ def fixture_task(fixture: str, **fields: object) -> Task:
     return make_task(f"fixture-{fixture}", environment_dir=str(FIXTURES / fixture), **fields)
 
 
+async def remove_image(tag: str) -> None:
+    """Delete ``tag`` from the main daemon (an image a test built and owns)."""
+    docker, connector = open_client(MAIN_URL)
+    try:
+        with anyio.fail_after(60):
+            await docker.images.delete(tag, force=True)
+    finally:
+        await docker.close()
+        await connector.close()
+
+
 def new_run_id() -> str:
     return f"test-{uuid.uuid4().hex[:10]}"
 

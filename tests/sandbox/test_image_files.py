@@ -6,17 +6,15 @@ import time
 import uuid
 from pathlib import Path
 
-import anyio
 import pytest
 
 from rsr_async.config import SandboxConfig
 from rsr_async.errors import DockerUnavailableError
 from rsr_async.sandbox import SandboxPool
-from rsr_async.sandbox.hosts import open_client
 from rsr_async.sandbox.images import ImageListing, beyond_base
 from rsr_async.schema import Task
 
-from .conftest import BASE, FIXTURES, containers_of, make_task, new_run_id
+from .conftest import BASE, FIXTURES, containers_of, make_task, new_run_id, remove_image
 
 DOCKERFILE = """\
 ARG BASE_IMAGE=rsr-base:bookworm
@@ -41,16 +39,6 @@ def ledger_task(tmp_path: Path) -> Task:
     (env / "ledger.py").write_text("print('ledger')\n")
     (env / "nonce.txt").write_text(uuid.uuid4().hex)  # a content never built before
     return make_task("image-files-ledger", environment_dir=str(env))
-
-
-async def _remove_image(tag: str) -> None:
-    docker, connector = open_client("unix:///var/run/docker.sock")
-    try:
-        with anyio.fail_after(60):
-            await docker.images.delete(tag, force=True)
-    finally:
-        await docker.close()
-        await connector.close()
 
 
 @pytest.mark.docker
@@ -93,7 +81,7 @@ async def test_a_task_image_lists_its_own_files_once_and_none_of_the_base_or_pro
         assert await containers_of(pool.run_id) == []
     finally:
         if tag:
-            await _remove_image(tag)
+            await remove_image(tag)
 
 
 def test_beyond_base_keeps_the_shallowest_paths_and_says_when_it_cut() -> None:
@@ -148,4 +136,4 @@ async def test_an_image_that_cannot_be_listed_says_so_once(tmp_path: Path) -> No
         assert await containers_of(pool.run_id) == []
     finally:
         if tag:
-            await _remove_image(tag)
+            await remove_image(tag)

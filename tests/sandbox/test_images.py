@@ -26,19 +26,9 @@ from rsr_async.sandbox.images import (
 )
 from tests.conftest import run_cli_env
 
-from .conftest import FIXTURES, fixture_task, make_task, new_run_id
+from .conftest import FIXTURES, fixture_task, make_task, new_run_id, remove_image
 
 pytestmark = pytest.mark.docker
-
-
-async def _remove_image(tag: str) -> None:
-    docker, connector = open_client("unix:///var/run/docker.sock")
-    try:
-        with anyio.fail_after(60):
-            await docker.images.delete(tag, force=True)
-    finally:
-        await docker.close()
-        await connector.close()
 
 
 async def test_build_once_for_concurrent_requests_then_cache_hits(tmp_path: Path) -> None:
@@ -70,7 +60,7 @@ async def test_build_once_for_concurrent_requests_then_cache_hits(tmp_path: Path
             assert pool.statistics().images_built == 0
     finally:
         for tag in set(tags):
-            await _remove_image(tag)
+            await remove_image(tag)
 
 
 def test_content_hash_sees_every_change(tmp_path: Path) -> None:
@@ -171,7 +161,7 @@ async def test_root_filesystem_import_sets_cmd_and_path(tmp_path: Path) -> None:
         assert info["Config"]["Cmd"] == ["/bin/bash"]
         assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in info["Config"]["Env"]
     finally:
-        await _remove_image(tag)
+        await remove_image(tag)
 
 
 @pytest.mark.slow
@@ -188,7 +178,7 @@ async def test_full_bootstrap_under_another_tag() -> None:
                 )
                 assert result.exit_code == 0, result.output
     finally:
-        await _remove_image(tag)
+        await remove_image(tag)
 
 
 async def test_a_failed_build_is_remembered_not_retried_per_episode() -> None:

@@ -797,17 +797,20 @@ cdef class LeakScanner:
         _rare_pair(b, m, &r1, &r2)
         at = -1
         i = self._n_texts - 1
-        while i >= 0:  # the newest first: a word in use was most likely shown lately
-            if self._searched[i] >= 0:
-                at = _find_word(self._kinds[i], self._datas[i], self._lengths[i], b, m, r1, r2)
-                if at >= 0:
-                    break
-                self._searched[i] += 1
-                if self._searched[i] >= _INDEX_AFTER:
-                    self._index(i)
-            i -= 1
-        if kind != 1 and m > 64:
-            PyMem_Free(b)
+        try:
+            while i >= 0:  # the newest first: a word in use was most likely shown lately
+                if self._searched[i] >= 0:
+                    at = _find_word(self._kinds[i], self._datas[i], self._lengths[i], b, m,
+                                    r1, r2)
+                    if at >= 0:
+                        break
+                    self._searched[i] += 1
+                    if self._searched[i] >= _INDEX_AFTER:
+                        self._index(i)
+                i -= 1
+        finally:
+            if kind != 1 and m > 64:
+                PyMem_Free(b)
         if at < 0:
             return 0
         self._lookup(self._kinds[i], self._datas[i], at, at + m, i)

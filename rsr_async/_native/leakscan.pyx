@@ -1,14 +1,19 @@
 # cython: language_level=3
 """Leak scanning, compiled. Twin: ``leakscan_py.py`` (same answers; the rules are there).
 
-Every known text is read once through the PEP 393 API. One-byte text is classified 64
-bytes at a time (AVX-512BW compares straight to bit masks where the CPU has them, SSE2
-otherwise), so words that cannot be candidates are skipped without being visited.
-Candidate words go into an open-addressing table whose entries point back into their
-text (plus their first and last 8 bytes inline), so no Python string is made for a known
-word. A lookup compares characters on a hash match: the answer is exact, never
-probabilistic. A text equal to the one before it (a screen that did not change) is not
-read again.
+A known text is not read when it is observed. An episode asks about few distinct words
+(an action's word is known, and then remembered, or unknown, and then reported and never
+asked about again), so a lookup searches the texts not indexed yet for the word (newest
+first; one-byte text 16 or 64 starts a step, SIMD on the needle's two rarest bytes) and
+checks that the occurrence is a whole trimmed word there. A text searched in vain
+:data:`_INDEX_AFTER` times is indexed: read once through the PEP 393 API, one-byte text
+classified 64 bytes at a time (AVX-512BW compares straight to bit masks where the CPU has
+them, SSE2 otherwise), so words that cannot be candidates are skipped without being
+visited. Candidate words, and every word a search found, go into an open-addressing table
+whose entries point back into their text (plus their first and last 8 bytes inline), so
+no Python string is made for a known word. A lookup compares characters on a hash match:
+the answer is exact, never probabilistic. A text equal to the one before it (a screen
+that did not change) is not kept again.
 """
 
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -31,6 +36,7 @@ cdef extern from "Python.h":
 cdef extern from *:
     """
     #include <stdint.h>
+    #include <string.h>
     #if defined(__SSE2__)
     #include <emmintrin.h>
     #endif
@@ -150,6 +156,85 @@ cdef extern from *:
         rsr_masks_scalar(p, length, m);
     }
 
+    /* hay[0:m] == needle[0:m]: the first and last 4 bytes first (most starts that pass
+       the two-byte test fail there), with no call. */
+    static inline int rsr_same(const uint8_t *hay, const uint8_t *needle, Py_ssize_t m) {
+        uint32_t x, y;
+        if (m < 4) return memcmp(hay, needle, (size_t)m) == 0;
+        memcpy(&x, hay, 4);
+        memcpy(&y, needle, 4);
+        if (x != y) return 0;
+        memcpy(&x, hay + m - 4, 4);
+        memcpy(&y, needle + m - 4, 4);
+        if (x != y) return 0;
+        return m <= 8 || memcmp(hay + 4, needle + 4, (size_t)(m - 8)) == 0;
+    }
+
+    /* First start >= s where needle[0:m] occurs in hay[0:n], or -1. A start is compared
+       in full only when the needle's two rarest bytes (offsets r1, r2) both match; 16
+       starts are tested per step (64 with AVX-512BW). */
+    static inline Py_ssize_t rsr_find_tail(const uint8_t *hay, Py_ssize_t last,
+                                           const uint8_t *needle, Py_ssize_t m,
+                                           Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
+        for (; s <= last; s++) {
+            if (hay[s + r1] == needle[r1] && hay[s + r2] == needle[r2]
+                    && memcmp(hay + s, needle, (size_t)m) == 0)
+                return s;
+        }
+        return -1;
+    }
+
+    #ifdef RSR_AVX512
+    __attribute__((target("avx512bw")))
+    static Py_ssize_t rsr_find_avx512(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
+                                      Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
+        Py_ssize_t last = n - m;
+        __m512i b1 = _mm512_set1_epi8((char)needle[r1]), b2 = _mm512_set1_epi8((char)needle[r2]);
+        while (s + 63 <= last) {
+            uint64_t mask = _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(hay + s + r1), b1)
+                            & _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(hay + s + r2), b2);
+            while (mask) {
+                int k = __builtin_ctzll(mask);
+                if (rsr_same(hay + s + k, needle, m)) return s + k;
+                mask &= mask - 1;
+            }
+            s += 64;
+        }
+        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
+    }
+    #endif
+
+    static Py_ssize_t rsr_find(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
+                               Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
+        Py_ssize_t last = n - m;
+        if (m <= 0 || s > last) return -1;
+    #ifdef RSR_AVX512
+        if (rsr_avx512 < 0) {
+            __builtin_cpu_init();
+            rsr_avx512 = __builtin_cpu_supports("avx512bw") ? 1 : 0;
+        }
+        if (rsr_avx512) return rsr_find_avx512(hay, n, needle, m, r1, r2, s);
+    #endif
+    #if defined(__SSE2__)
+        {
+            __m128i b1 = _mm_set1_epi8((char)needle[r1]), b2 = _mm_set1_epi8((char)needle[r2]);
+            while (s + 15 <= last) {
+                __m128i x = _mm_loadu_si128((const __m128i *)(hay + s + r1));
+                __m128i y = _mm_loadu_si128((const __m128i *)(hay + s + r2));
+                unsigned mask = (unsigned)_mm_movemask_epi8(
+                    _mm_and_si128(_mm_cmpeq_epi8(x, b1), _mm_cmpeq_epi8(y, b2)));
+                while (mask) {
+                    int k = __builtin_ctz(mask);
+                    if (rsr_same(hay + s + k, needle, m)) return s + k;
+                    mask &= mask - 1;
+                }
+                s += 16;
+            }
+        }
+    #endif
+        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
+    }
+
     """
     ctypedef struct rsr_masks:
         uint64_t word, digit, zero, letter, hex, slash, dot, dash, plus, under
@@ -157,6 +242,8 @@ cdef extern from *:
     int rsr_ctz64(unsigned long long x) nogil
     int rsr_clz64(unsigned long long x) nogil
     void rsr_masks64(const uint8_t* p, int length, rsr_masks* m) nogil
+    Py_ssize_t rsr_find(const uint8_t* hay, Py_ssize_t n, const uint8_t* needle, Py_ssize_t m,
+                        Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t start) noexcept nogil
 
 __all__ = ["LeakScanner", "SandboxKnowledge", "scan_leaks"]
 
@@ -383,6 +470,68 @@ cdef inline bint _contains_bytes(const uint8_t* hay, Py_ssize_t n, const uint8_t
     return False
 
 
+cdef inline void _rare_pair(const uint8_t* needle, Py_ssize_t m, Py_ssize_t* r1,
+                            Py_ssize_t* r2) noexcept nogil:
+    """The needle's two rarest bytes (the same one twice when it has only one)."""
+    cdef Py_ssize_t i, best = 0, second = -1
+    for i in range(1, m):
+        if _RANK[needle[i]] < _RANK[needle[best]]:
+            second = best
+            best = i
+        elif second < 0 or _RANK[needle[i]] < _RANK[needle[second]]:
+            second = i
+    r1[0] = best
+    r2[0] = second if second >= 0 else best
+
+
+cdef inline bint _whole_at(int kind, const void* data, Py_ssize_t n, Py_ssize_t p,
+                           Py_ssize_t m) noexcept nogil:
+    """The trimmed word around the occurrence ``data[p:p + m]`` of a trimmed word is that
+    occurrence: the run of word characters it lies in has only ``.``/``-`` before it and
+    only ``.``/``/``/``-`` after it (what the trimming strips)."""
+    cdef Py_ssize_t i = p
+    cdef Py_UCS4 c
+    while i > 0:
+        c = PyUnicode_READ(kind, data, i - 1)
+        if not _is_word(c):
+            break
+        if c != 46 and c != 45:
+            return False
+        i -= 1
+    i = p + m
+    while i < n:
+        c = PyUnicode_READ(kind, data, i)
+        if not _is_word(c):
+            break
+        if c != 46 and c != 47 and c != 45:
+            return False
+        i += 1
+    return True
+
+
+cdef inline Py_ssize_t _find_word(int kind, const void* data, Py_ssize_t n,
+                                  const uint8_t* needle, Py_ssize_t m, Py_ssize_t r1,
+                                  Py_ssize_t r2) noexcept nogil:
+    """Where the trimmed ASCII word ``needle`` is a whole trimmed word of the text, or -1."""
+    cdef Py_ssize_t at = 0, j
+    if kind == 1:
+        at = rsr_find(<const uint8_t*>data, n, needle, m, r1, r2, 0)
+        while at >= 0:
+            if _whole_at(1, data, n, at, m):
+                return at
+            at = rsr_find(<const uint8_t*>data, n, needle, m, r1, r2, at + 1)
+        return -1
+    while at <= n - m:
+        for j in range(m):
+            if PyUnicode_READ(kind, data, at + j) != needle[j]:
+                break
+        else:
+            if _whole_at(kind, data, n, at, m):
+                return at
+        at += 1
+    return -1
+
+
 cdef inline bint _is_ascii_space(Py_UCS4 c) noexcept nogil:
     return c == 32 or (9 <= c <= 13)
 
@@ -425,6 +574,13 @@ cdef _Entry* _spare_entries = NULL
 cdef Py_ssize_t _spare_bits = 0
 cdef Py_ssize_t _SPARE_MAX_BITS = 18
 
+# A text is indexed (its candidate words put in the table) once this many lookups have
+# searched it in vain. Reading a text into the table costs about as much as a few dozen
+# searches of it, and an episode asks about few distinct words (each action word at most
+# once: known ones are remembered, unknown ones are reported), so most screens are never
+# indexed; one searched again and again is, so the cost stays within twice the cheaper.
+cdef Py_ssize_t _INDEX_AFTER = 24
+
 
 @cython.final
 cdef class LeakScanner:
@@ -433,6 +589,8 @@ cdef class LeakScanner:
     cdef list _texts
     cdef int* _kinds
     cdef const void** _datas
+    cdef Py_ssize_t* _lengths
+    cdef int32_t* _searched  # lookups that searched the text in vain; -1: indexed
     cdef Py_ssize_t _n_texts, _texts_cap
     # The known words: open addressing over 8-byte slots (high half: the hash's top 32
     # bits; low half: entry number + 1, 0 for empty), entries appended in order. Small,
@@ -487,6 +645,8 @@ cdef class LeakScanner:
             PyMem_Free(self._entries)
         PyMem_Free(self._kinds)
         PyMem_Free(<void*>self._datas)
+        PyMem_Free(self._lengths)
+        PyMem_Free(self._searched)
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t old_cap = self._cap, i, j, mask
@@ -573,6 +733,8 @@ cdef class LeakScanner:
     cdef int _add_text(self, str text) except -1:
         cdef int* kinds
         cdef const void** datas
+        cdef Py_ssize_t* lengths
+        cdef int32_t* searched
         if self._n_texts == self._texts_cap:
             self._texts_cap = self._texts_cap * 2 + 16
             kinds = <int*>PyMem_Realloc(self._kinds, self._texts_cap * sizeof(int))
@@ -583,11 +745,76 @@ cdef class LeakScanner:
             if datas == NULL:
                 raise MemoryError()
             self._datas = datas
+            lengths = <Py_ssize_t*>PyMem_Realloc(self._lengths, self._texts_cap * sizeof(Py_ssize_t))
+            if lengths == NULL:
+                raise MemoryError()
+            self._lengths = lengths
+            searched = <int32_t*>PyMem_Realloc(self._searched, self._texts_cap * sizeof(int32_t))
+            if searched == NULL:
+                raise MemoryError()
+            self._searched = searched
         self._texts.append(text)  # keeps the buffer the table points into alive
         self._kinds[self._n_texts] = PyUnicode_KIND(text)
         self._datas[self._n_texts] = PyUnicode_DATA(text)
+        self._lengths[self._n_texts] = PyUnicode_GET_LENGTH(text)
+        self._searched[self._n_texts] = 0
         self._n_texts += 1
         return 0
+
+    cdef int _index(self, Py_ssize_t tidx) except -1:
+        """Put every candidate word of text ``tidx`` in the table."""
+        cdef int kind = self._kinds[tidx]
+        cdef const void* data = self._datas[tidx]
+        cdef Py_ssize_t n = self._lengths[tidx], i = 0, s = 0, e = 0
+        self._searched[tidx] = -1
+        if kind == 1:
+            self._observe_bytes(<const uint8_t*>data, n, tidx)
+            return 0
+        while True:
+            i = _next_word(kind, data, n, i, &s, &e)
+            if i < 0:
+                break
+            if _classify(kind, data, s, e):
+                self._insert(tidx, kind, data, s, e)
+        return 0
+
+    cdef int _known_at(self, int kind, const void* data, Py_ssize_t s, Py_ssize_t e) except -1:
+        """1 when the candidate word ``data[s:e]`` is known: in the table, or a whole word
+        of a text not indexed yet (then it goes in the table: known once, known for good)."""
+        cdef uint8_t small[64]
+        cdef uint8_t* b
+        cdef Py_ssize_t m = e - s, i, at, r1, r2
+        if self._lookup(kind, data, s, e, -1):
+            return 1
+        if kind == 1:
+            b = <uint8_t*>data + s
+        else:
+            b = &small[0] if m <= 64 else <uint8_t*>PyMem_Malloc(m)
+            if b == NULL:
+                raise MemoryError()
+            for i in range(m):
+                b[i] = <uint8_t>PyUnicode_READ(kind, data, s + i)
+        _rare_pair(b, m, &r1, &r2)
+        at = -1
+        i = self._n_texts - 1
+        try:
+            while i >= 0:  # the newest first: a word in use was most likely shown lately
+                if self._searched[i] >= 0:
+                    at = _find_word(self._kinds[i], self._datas[i], self._lengths[i], b, m,
+                                    r1, r2)
+                    if at >= 0:
+                        break
+                    self._searched[i] += 1
+                    if self._searched[i] >= _INDEX_AFTER:
+                        self._index(i)
+                i -= 1
+        finally:
+            if kind != 1 and m > 64:
+                PyMem_Free(b)
+        if at < 0:
+            return 0
+        self._lookup(self._kinds[i], self._datas[i], at, at + m, i)
+        return 1
 
     def observe(self, text):
         """Add text the model has now seen (an observation, the instruction)."""
@@ -600,19 +827,8 @@ cdef class LeakScanner:
         if self._n_texts and t == <str>self._texts[self._n_texts - 1]:
             return  # the screen did not change: nothing new to know
         self._add_text(t)
-        cdef Py_ssize_t tidx = self._n_texts - 1
-        cdef int kind = PyUnicode_KIND(t)
-        cdef const void* data = PyUnicode_DATA(t)
-        cdef Py_ssize_t i = 0, s = 0, e = 0
-        if kind == 1:
-            self._observe_bytes(<const uint8_t*>data, n, tidx)
-            return
-        while True:
-            i = _next_word(kind, data, n, i, &s, &e)
-            if i < 0:
-                break
-            if _classify(kind, data, s, e):
-                self._insert(tidx, kind, data, s, e)
+        if _INDEX_AFTER == 0:
+            self._index(self._n_texts - 1)
 
     cdef inline int _insert(self, Py_ssize_t tidx, int kind, const void* data,
                             Py_ssize_t s, Py_ssize_t e) except -1:
@@ -769,8 +985,13 @@ cdef class LeakScanner:
             if i < 0:
                 break
             code = _classify(kind, data, s, e)
-            if code and not self._lookup(kind, data, s, e, -1):
-                found.append((s, 0, a[s:e], _KIND_NAMES[code]))
+            if code == 0 or self._lookup(kind, data, s, e, -1):
+                continue
+            value = a[s:e]
+            # A reported value is skipped anyway: no text need be searched for it.
+            if value in self._reported or self._known_at(kind, data, s, e):
+                continue
+            found.append((s, 0, value, _KIND_NAMES[code]))
         i = 0
         while i < n:
             q = PyUnicode_READ(kind, data, i)
@@ -809,6 +1030,13 @@ cdef class LeakScanner:
             self._judge.note(a)
             return out
         return self._judge.judge(a, turn, out)
+
+
+def _index_after(searches=None):
+    """Tests only: index a text once ``searches`` lookups searched it in vain (0: as soon
+    as it is observed, a large number: never); ``None`` restores the default."""
+    global _INDEX_AFTER
+    _INDEX_AFTER = 24 if searches is None else int(searches)
 
 
 def _simd(level=None):

@@ -35,6 +35,19 @@ def simd(request: pytest.FixtureRequest) -> Iterator[int | None]:
         module._simd(None)
 
 
+@pytest.fixture(params=[None, 0, 1], ids=["lazy", "eager", "after-one"])
+def indexing(request: pytest.FixtureRequest) -> Iterator[int | None]:
+    """When the compiled scanner puts a text's words in its table: after the default
+    number of vain searches (so in these short tests its words are only ever searched
+    for), as soon as the text is observed, or after one vain search (both ways, one
+    episode). Each must agree with the twin's set of words."""
+    searches: int | None = request.param
+    module = load_impl("leakscan", "native")
+    module._index_after(searches)
+    yield searches
+    module._index_after(None)
+
+
 def values(leaks: list[Leak]) -> list[tuple[str, str]]:
     return [(leak.value, leak.kind) for leak in leaks]
 
@@ -173,7 +186,7 @@ episode_text = st.one_of(text, long_ascii)
     st.lists(st.tuples(episode_text, episode_text), max_size=6),
     st.one_of(text, long_ascii),
 )
-def test_native_and_pure_agree(simd: int | None, turns: list[tuple[str, str]], instruction: str) -> None:
+def test_native_and_pure_agree(simd: int | None, indexing: int | None, turns: list[tuple[str, str]], instruction: str) -> None:
     actions = [a for a, _ in turns]
     context = [c for _, c in turns]
     native = load_impl("leakscan", "native").scan_leaks(actions, context, instruction=instruction)
@@ -183,7 +196,7 @@ def test_native_and_pure_agree(simd: int | None, turns: list[tuple[str, str]], i
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60, deadline=None)
 @given(st.integers(0, 130), st.integers(0, 130), st.sampled_from(["a", "9", "/", ".", "-", "f"]))
-def test_block_edges_agree(simd: int | None, pad: int, length: int, fill: str) -> None:
+def test_block_edges_agree(simd: int | None, indexing: int | None, pad: int, length: int, fill: str) -> None:
     # Words of every length at every offset around the 64-byte blocks of the fast path.
     word = ("x9" + fill * length)[: max(length, 3)]
     known = " " * pad + word + " tail_value_12345 " + fill * length
@@ -205,7 +218,7 @@ def test_block_edges_agree(simd: int | None, pad: int, length: int, fill: str) -
     ),
     st.sampled_from([" ", "\x1b[", "\n", "  "]),
 )
-def test_short_words_at_block_edges_agree(simd: int | None, pad: int, words: list[str], sep: str) -> None:
+def test_short_words_at_block_edges_agree(simd: int | None, indexing: int | None, pad: int, words: list[str], sep: str) -> None:
     # The fast path drops words of one or two characters by mask before it looks at
     # words one by one; three-character neighbours at any offset must still be known.
     known = " " * pad + sep.join(words)
@@ -216,6 +229,32 @@ def test_short_words_at_block_edges_agree(simd: int | None, pad: int, words: lis
         results.append(module.scan_leaks([action], [known]))
     assert results[0] == results[1]
     assert all(leak.value in ("1234", "/a/b") for leak in results[0])
+
+
+# Candidates of 3 to 17 characters (the search compares 4 bytes at each end, then the
+# middle), and a non-candidate.
+_WORDS = ["123", "a/b9", "12345", "1.25", "x9.y/z", "deadbeef42", "long_name_x",
+          "/srv/app_7/x.tar.gz", "ab9x"]
+_AROUND = st.sampled_from(["", " ", "\n", ".", "-", ".-", "-.", "/", "./", "a", "9", "_",
+                           "+", "~", "x.", "é", "=", "\x1b[0m"])
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6),
+    st.lists(st.tuples(_AROUND, st.sampled_from([*_WORDS, "ab9", "2345", "deadbeef4"]), _AROUND),
+             max_size=8),
+    st.integers(1, 4),
+)
+def test_whole_word_search_agrees(simd: int | None, indexing: int | None, words: list[str],
+                                  shown: list[tuple[str, str, str]], turns: int) -> None:
+    # The compiled scanner searches unindexed screens for an action's word: an occurrence
+    # counts only when the trimmed word around it is that word (``.``/``-`` before it,
+    # ``.``/``/``/``-`` after it, anything else of a word breaks it), as the twin's set.
+    screens = [" ".join(a + w + b for a, w, b in shown[k::turns]) for k in range(turns)]
+    actions = [" ".join(words[k:] + words[:k]) for k in range(turns)]
+    _both(actions, screens)
+    _both(actions[::-1], screens[::-1], instruction=screens[0])
 
 
 # The second pass is compiled too (leakjudge.pyx, twin of leakrules.Judge): the rules that

@@ -83,7 +83,7 @@ async def watch_parent(parent_pid: int, on_orphaned: Callable[[], None],
 
 
 def _process_table() -> dict[int, tuple[int, str]]:
-    """pid → (parent pid, start time in clock ticks), from ``/proc``."""
+    """pid → (parent pid, start time in clock ticks), from ``/proc`` (Linux)."""
     table: dict[int, tuple[int, str]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -99,9 +99,18 @@ def _process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
-def descendants(pid: int) -> list[tuple[int, str]]:
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def descendants(pid: int, *, marks: tuple[str, ...] = ()) -> list[tuple[int, str]]:
     """(pid, start time) of every live descendant of ``pid``; the start time tells a
-    process from a later one that got its pid."""
+    process from a later one that got its pid. ``marks``: only those whose command line
+    contains one of them (their own descendants are still followed)."""
     table = _process_table()
     children: dict[int, list[int]] = {}
     for child, (parent, _) in table.items():
@@ -110,9 +119,21 @@ def descendants(pid: int) -> list[tuple[int, str]]:
     stack = [pid]
     while stack:
         for child in children.get(stack.pop(), ()):
-            found.append((child, table[child][1]))
+            if not marks or any(mark in _cmdline(child) for mark in marks):
+                found.append((child, table[child][1]))
             stack.append(child)
     return found
+
+
+def _kill_tracked(tracked: Sequence[tuple[int, str]]) -> None:
+    """SIGKILL each tracked process still alive with the start time it was tracked with."""
+    table = _process_table()
+    for pid, start in tracked:
+        if pid in table and table[pid][1] == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # gone in between
 
 
 class Reaper:
@@ -127,19 +148,30 @@ class Reaper:
             [sys.executable, "-I", os.path.abspath(__file__), "--reap", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True,
         )
+        self._tracked: list[tuple[int, str]] = []
 
     def track(self, processes: Sequence[tuple[int, str]]) -> None:
         """Add (pid, start time) pairs, as :func:`descendants` gives them."""
         stdin = self._process.stdin
         assert stdin is not None
+        self._tracked.extend(processes)
         stdin.write("".join(f"{pid} {start}\n" for pid, start in processes).encode())
         stdin.flush()
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Reap now (what is still alive of the tracked processes) and wait for the watcher."""
+        """Reap now (what is still alive of the tracked processes) and end the watcher."""
+        import subprocess
+
         if self._process.stdin is not None:
             self._process.stdin.close()
-        self._process.wait(timeout_s)
+        try:
+            self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            # Its stdin never saw EOF (a forked copy of our end holds it open): reap
+            # here instead, and end the watcher.
+            self._process.kill()
+            self._process.wait()
+            _kill_tracked(self._tracked)
 
 
 def _reap(parent_pid: int) -> None:
@@ -159,15 +191,8 @@ def _reap(parent_pid: int) -> None:
         if not chunk:
             break
         data += chunk
-    tracked = [(int(pid), start.decode()) for pid, start in
-               (line.split() for line in data.split(b"\n") if line.strip())]
-    table = _process_table()
-    for pid, start in tracked:
-        if pid in table and table[pid][1] == start:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass  # gone in between
+    _kill_tracked([(int(pid), start.decode()) for pid, start in
+                   (line.split() for line in data.split(b"\n") if line.strip())])
 
 
 def _close_fds(keep: set[int]) -> None:

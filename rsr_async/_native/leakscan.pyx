@@ -718,6 +718,8 @@ cdef class LeakScanner:
         if insert_from < 0:
             return 0
         slot = -1 - slot
+        if self._count >= self._entries_cap:
+            raise MemoryError()  # only after a failed _grow: never write past the entries
         entry = self._entries + self._count
         entry.start = s
         entry.text = <int32_t>insert_from
@@ -735,24 +737,28 @@ cdef class LeakScanner:
         cdef const void** datas
         cdef Py_ssize_t* lengths
         cdef int32_t* searched
+        cdef Py_ssize_t cap
         if self._n_texts == self._texts_cap:
-            self._texts_cap = self._texts_cap * 2 + 16
-            kinds = <int*>PyMem_Realloc(self._kinds, self._texts_cap * sizeof(int))
+            # The capacity is raised only once all four arrays hold it: after a failed
+            # allocation the scanner stays consistent (a bigger array is harmless).
+            cap = self._texts_cap * 2 + 16
+            kinds = <int*>PyMem_Realloc(self._kinds, cap * sizeof(int))
             if kinds == NULL:
                 raise MemoryError()
             self._kinds = kinds
-            datas = <const void**>PyMem_Realloc(<void*>self._datas, self._texts_cap * sizeof(void*))
+            datas = <const void**>PyMem_Realloc(<void*>self._datas, cap * sizeof(void*))
             if datas == NULL:
                 raise MemoryError()
             self._datas = datas
-            lengths = <Py_ssize_t*>PyMem_Realloc(self._lengths, self._texts_cap * sizeof(Py_ssize_t))
+            lengths = <Py_ssize_t*>PyMem_Realloc(self._lengths, cap * sizeof(Py_ssize_t))
             if lengths == NULL:
                 raise MemoryError()
             self._lengths = lengths
-            searched = <int32_t*>PyMem_Realloc(self._searched, self._texts_cap * sizeof(int32_t))
+            searched = <int32_t*>PyMem_Realloc(self._searched, cap * sizeof(int32_t))
             if searched == NULL:
                 raise MemoryError()
             self._searched = searched
+            self._texts_cap = cap
         self._texts.append(text)  # keeps the buffer the table points into alive
         self._kinds[self._n_texts] = PyUnicode_KIND(text)
         self._datas[self._n_texts] = PyUnicode_DATA(text)

@@ -345,16 +345,15 @@ class Dispatcher:
                 await self._on_lost(link.name, exc)
 
     async def _bring_replacement(self, name: str) -> None:
-        replacement: Remote | None = None
         try:
             replacement = await self._replace(name) if self._replace is not None else None
+            if replacement is not None:
+                self.add(replacement)
         except Exception as exc:  # a failed replacement leaves the others running
             log.warning("no replacement for lost remote %s: %s: %s", name, type(exc).__name__, exc)
         finally:
             self._replacing -= 1
             self._room.set()  # placement waiting on a replacement: there is one, or none
-        if replacement is not None:
-            self.add(replacement)
 
     # ------------------------------------------------------------------ numbers
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -38,6 +39,9 @@ from .actor import EpisodeActor, actor_run_id
 __all__ = ["RayFleet", "RayRemote", "actor_config", "import_ray", "open_ray", "ray_remotes", "url_share"]
 
 _log = logging.getLogger(__name__)
+
+_NODES_TIMEOUT_S = 30.0
+"""Deadline for asking the GCS which nodes are alive."""
 
 
 def import_ray() -> Any:
@@ -70,17 +74,22 @@ async def open_ray(address: str, *, namespace: str = "rsr_async") -> AsyncIterat
             raise InfraError(f"cannot connect to the Ray cluster at {address!r}: {exc}") from exc
 
     reaper: Reaper | None = None
-    if address == "local":
+    if address == "local" and sys.platform.startswith("linux"):  # the Reaper reads /proc
         # Ray fate-shares its GCS server and raylet with this driver, but the raylet's
         # agents (DashboardAgent, RuntimeEnvAgent) outlive a SIGKILLed driver by minutes:
         # a watcher kills what this instance started (and nothing else of ours) once we
         # are gone.
         reaper = Reaper()
     try:
-        before = set(descendants(os.getpid()))
+        before = set(descendants(os.getpid())) if reaper is not None else set()
         await anyio.to_thread.run_sync(connect)
         if reaper is not None:
-            reaper.track([p for p in descendants(os.getpid()) if p not in before])
+            # Only Ray's: anything else of ours started meanwhile (a simulator) is not
+            # the Reaper's to kill.
+            # Ray's programs live under its package (.../ray/...); its workers and
+            # agents are named ray::<Name>.
+            ours = descendants(os.getpid(), marks=(f"{os.sep}ray{os.sep}", "ray::"))
+            reaper.track([p for p in ours if p not in before])
         yield ray
     finally:
         with anyio.CancelScope(shield=True):
@@ -168,10 +177,16 @@ class RayFleet:
         node_id = self.nodes.get(name, "")
         if self.spawn is None or self.replacements_left <= 0 or not node_id:
             return None
-        nodes = await anyio.to_thread.run_sync(self.ray.nodes)
+        self.replacements_left -= 1  # before any await: two losses at once take two
+        try:
+            with anyio.fail_after(_NODES_TIMEOUT_S):
+                nodes = await anyio.to_thread.run_sync(self.ray.nodes, abandon_on_cancel=True)
+        except TimeoutError:
+            nodes = []  # the GCS does not answer: no node to trust
         if not any(n.get("NodeID") == node_id and n.get("Alive") for n in nodes):
+            self.replacements_left += 1
             return None  # the node went with it: its work stays with the others
-        self.replacements_left -= 1
+        await anyio.lowlevel.checkpoint()  # a shutdown begun meanwhile starts no actor
         index = len(self.started)
         remote: RayRemote | None = await self.spawn(index, self.configs[name], node_id)
         if remote is None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from rsr_async.cluster import Dispatcher, InProcessRemote, RemoteRunner
@@ -268,3 +270,35 @@ async def test_a_remote_infra_error_keeps_its_class_and_is_retried(tmp_path: Pat
 def test_a_dispatcher_needs_a_remote() -> None:
     with pytest.raises(Exception, match="at least one remote"):
         Dispatcher([])
+
+
+async def test_two_losses_at_once_take_no_more_replacements_than_allowed() -> None:
+    from rsr_async.cluster.ray_backend import RayFleet
+
+    class Cluster:  # what RayFleet.replace asks of Ray: which nodes are alive
+        @staticmethod
+        def nodes() -> list[dict[str, object]]:
+            return [{"NodeID": "n1", "Alive": True}, {"NodeID": "gone", "Alive": False}]
+
+    spawned: list[int] = []
+
+    async def spawn(index: int, encoded: bytes, node_id: str) -> object:
+        spawned.append(index)
+        await anyio.lowlevel.checkpoint()
+        return SimpleNamespace(name=f"actor-{index}")
+
+    fleet = RayFleet(ray=Cluster(), remotes=[], spawn=spawn, replacements_left=1,
+                     nodes={"actor-0": "n1", "actor-1": "n1", "actor-2": "gone"},
+                     configs={"actor-0": b"{}", "actor-1": b"{}", "actor-2": b"{}"})
+    got: list[object] = []
+    async with anyio.create_task_group() as tg:
+        for name in ("actor-0", "actor-1"):
+            async def one(name: str = name) -> None:
+                got.append(await fleet.replace(name))
+            tg.start_soon(one)
+    assert sum(r is not None for r in got) == 1  # one replacement, the other refused
+    assert len(spawned) == 1
+    assert fleet.replacements_left == 0
+    fleet.replacements_left = 1
+    assert await fleet.replace("actor-2") is None  # its node is gone: the budget is kept
+    assert fleet.replacements_left == 1 and len(spawned) == 1

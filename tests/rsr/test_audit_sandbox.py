@@ -134,7 +134,7 @@ async def test_an_execution_in_docker_is_audited_with_its_image_files(tmp_path: 
     from rsr_async.harness.fakes import ReplayModel
     from rsr_async.rsr.episode import EpisodeRunner
     from rsr_async.sandbox import SandboxPool
-    from tests.sandbox.test_image_files import _remove_image
+    from tests.sandbox.conftest import remove_image
 
     root = tmp_path / "task"
     (root / "environment" / "data").mkdir(parents=True)
@@ -174,4 +174,4 @@ async def test_an_execution_in_docker_is_audited_with_its_image_files(tmp_path: 
         assert TYPED in [leak.value for leak in flag_values(execution.trajectory, instruction=INSTRUCTION)]
     finally:
         if tag:
-            await _remove_image(tag)
+            await remove_image(tag)

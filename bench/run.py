@@ -21,36 +21,21 @@ rate-limited) in the same session, and reports the ratios prewarm / on-demand.
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import emit, parser  # noqa: E402
+from _common import cli_run, emit, parser  # noqa: E402
 
 from rsr_async.engine.store import Store  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def _one(concurrency: int, attempts: int, extra: list[str]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="rsr-bench-run-") as tmp:
-        run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "rsr_async", "run", "--concurrency", str(concurrency),
-               "--attempts", str(attempts), "--run-dir", str(run_dir), "--progress", "none",
-               *extra]
-        started = time.monotonic()
-        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3600)
-        wall = time.monotonic() - started
-        if done.returncode not in (0, 4):
-            raise SystemExit(f"bench run: {' '.join(cmd)} failed:\n{done.stderr[-4000:]}")
-        summary = json.loads((run_dir / "summary.json").read_text())
+    args = ["--concurrency", str(concurrency), "--attempts", str(attempts), *extra]
+    with cli_run(args, bench="run", timeout_s=3600) as (run_dir, wall, summary):
         with Store.open_readonly(run_dir) as store:
             steps = sum(
                 sum(1 for m in r.trajectory.messages if m.origin == "model")

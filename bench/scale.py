@@ -88,7 +88,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import emit, parser  # noqa: E402
+from _common import REPO, cli_run, emit, parser  # noqa: E402
 
 from rsr_async.cluster import (  # noqa: E402
     Dispatcher,
@@ -104,8 +104,6 @@ from rsr_async.engine.store import Store  # noqa: E402
 from rsr_async.errors import ConfigError  # noqa: E402
 from rsr_async.rsr.runtime import run_id_for  # noqa: E402
 from rsr_async.tasks import BUNDLED_SUITE  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
 
 CLUSTER_MACHINES = 100
 EPISODES_PER_MACHINE = 512
@@ -282,19 +280,10 @@ def _containers(label: str) -> list[str]:
 
 
 def _episode_run(tasks: list[str], attempts: int, concurrency: int, extra: list[str]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="rsr-bench-scale-run-") as tmp:
-        run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "rsr_async", "run", "--attempts", str(attempts),
-               "--concurrency", str(concurrency), "--no-prewarm", "--progress", "none",
-               "--run-dir", str(run_dir), *extra]
-        for task in tasks:
-            cmd += ["--dataset", task]
-        started = time.monotonic()
-        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
-        wall = time.monotonic() - started
-        if done.returncode not in (0, 4):
-            raise SystemExit(f"bench scale: {' '.join(cmd)} failed:\n{done.stderr[-4000:]}")
-        summary = json.loads((run_dir / "summary.json").read_text())
+    args = ["--attempts", str(attempts), "--concurrency", str(concurrency), "--no-prewarm", *extra]
+    for task in tasks:
+        args += ["--dataset", task]
+    with cli_run(args, bench="scale", timeout_s=1800) as (run_dir, wall, summary):
         with Store.open_readonly(run_dir) as store:
             rows = store.rows(stage="discover")
             # The row's start is the head marking the job running; the result's is the

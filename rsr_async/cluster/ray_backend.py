@@ -64,32 +64,31 @@ async def open_ray(address: str, *, namespace: str = "rsr_async") -> AsyncIterat
         yield ray  # an embedding program connected already: its connection, its to close
         return
 
+    # Ray fate-shares its GCS server and raylet with this driver, but the raylet's agents
+    # (DashboardAgent, RuntimeEnvAgent) outlive a SIGKILLed driver by minutes: for a
+    # private instance, a watcher kills what it started (and nothing else of ours) once
+    # we are gone. The Reaper reads /proc (Linux).
+    reaper = Reaper() if address == "local" and sys.platform.startswith("linux") else None
+
     def connect() -> None:
+        """In a worker thread: ``ray.init`` blocks, and so do the /proc scans around it."""
         options: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "address": address}
         if address == "local":  # a new instance, even where RAY_ADDRESS names another
             options.update(include_dashboard=False, object_store_memory=128 * 2**20)
+        before = set(descendants(os.getpid())) if reaper is not None else set()
         try:
             ray.init(**options)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise InfraError(f"cannot connect to the Ray cluster at {address!r}: {exc}") from exc
-
-    reaper: Reaper | None = None
-    if address == "local" and sys.platform.startswith("linux"):  # the Reaper reads /proc
-        # Ray fate-shares its GCS server and raylet with this driver, but the raylet's
-        # agents (DashboardAgent, RuntimeEnvAgent) outlive a SIGKILLed driver by minutes:
-        # a watcher kills what this instance started (and nothing else of ours) once we
-        # are gone.
-        reaper = Reaper()
-    try:
-        before = set(descendants(os.getpid())) if reaper is not None else set()
-        await anyio.to_thread.run_sync(connect)
         if reaper is not None:
-            # Only Ray's: anything else of ours started meanwhile (a simulator) is not
-            # the Reaper's to kill.
-            # Ray's programs live under its package (.../ray/...); its workers and
-            # agents are named ray::<Name>.
+            # Only Ray's processes, new since the snapshot: its programs live under its
+            # package (.../ray/...), its workers and agents are named ray::<Name>; a
+            # simulator of ours started meanwhile is not the Reaper's to kill.
             ours = descendants(os.getpid(), marks=(f"{os.sep}ray{os.sep}", "ray::"))
             reaper.track([p for p in ours if p not in before])
+
+    try:
+        await anyio.to_thread.run_sync(connect)
         yield ray
     finally:
         with anyio.CancelScope(shield=True):

@@ -300,14 +300,14 @@ def _episode_run(tasks: list[str], attempts: int, concurrency: int, extra: list[
         "infra_errors": summary["infra_errors"],
         "episodes_per_min": round(summary["episodes_per_min"], 2),
         "episodes_per_min_over_span": round(len(rows) / span * 60.0, 2),
-        "span_s": round(span, 2),
-        "outside_episodes_s": round(summary["wall_s"] - span, 2),
+        "span_s": round(span, 3),
+        "outside_episodes_s": round(summary["wall_s"] - span, 3),
         "mean_episode_s": round(statistics.fmean(
             (r.finished_at or 0.0) - (r.started_at or 0.0) for r in rows), 3),
         "mean_handover_s": round(statistics.fmean(
             (runner_started[r.key] or 0.0) - (r.started_at or 0.0) for r in rows), 3),
-        "wall_s": round(summary["wall_s"], 2),
-        "process_wall_s": round(wall, 2),
+        "wall_s": round(summary["wall_s"], 3),
+        "process_wall_s": round(wall, 3),
         "containers_left": len(left),
         "statuses": {r.key: r.status for r in rows},
     }

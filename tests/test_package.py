@@ -118,7 +118,8 @@ def test_an_sdist_carries_what_the_wheel_needs(tmp_path: Path) -> None:
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         for needed in ("configs/paper.toml", "bench/native.py", "setup.py", "MANIFEST.in",
-                       "rsr_async/_native/leakscan.pyx", "rsr_async/tasks/bundled/build-order/task.toml"):
+                       "rsr_async/_native/leakscan.pyx", "rsr_async/_native/rsr_find.h",
+                       "rsr_async/tasks/bundled/build-order/task.toml"):
             assert needed in names, needed
         tar.extractall(tmp_path / "src", filter="data")
     (source,) = (tmp_path / "src").iterdir()

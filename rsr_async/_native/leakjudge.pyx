@@ -57,120 +57,12 @@ from rsr_async.schema import Leak
 cdef extern from "Python.h":
     int PyUnicode_IS_ASCII(object text)
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    #if defined(__SSE2__)
-    #include <emmintrin.h>
-    #endif
-
-    /* First start >= from where needle[0:m] occurs in hay[0:n], or -1. r1 and r2 are
-       two offsets into the needle (its rarest bytes): a start is compared in full only
-       when both of those bytes match, and 16 starts (32 with AVX2, 64 with AVX-512BW) are
-       tested per step. */
-    static inline Py_ssize_t rsr_find_tail(const uint8_t *hay, Py_ssize_t last,
-                                           const uint8_t *needle, Py_ssize_t m,
-                                           Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
-        for (; s <= last; s++) {
-            if (hay[s + r1] == needle[r1] && hay[s + r2] == needle[r2]
-                    && memcmp(hay + s, needle, (size_t)m) == 0)
-                return s;
-        }
-        return -1;
-    }
-
-    static Py_ssize_t rsr_find_sse2(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
-                                    Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
-        Py_ssize_t last = n - m;
-    #if defined(__SSE2__)
-        __m128i b1 = _mm_set1_epi8((char)needle[r1]), b2 = _mm_set1_epi8((char)needle[r2]);
-        while (s + 15 <= last) {
-            __m128i x = _mm_loadu_si128((const __m128i *)(hay + s + r1));
-            __m128i y = _mm_loadu_si128((const __m128i *)(hay + s + r2));
-            unsigned mask = (unsigned)_mm_movemask_epi8(
-                _mm_and_si128(_mm_cmpeq_epi8(x, b1), _mm_cmpeq_epi8(y, b2)));
-            while (mask) {
-                int k = __builtin_ctz(mask);
-                if (memcmp(hay + s + k, needle, (size_t)m) == 0) return s + k;
-                mask &= mask - 1;
-            }
-            s += 16;
-        }
-    #endif
-        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
-    }
-
-    #if defined(__GNUC__) && defined(__x86_64__)
-    #define RSR_AVX2 1
-    #include <immintrin.h>
-    __attribute__((target("avx2")))
-    static Py_ssize_t rsr_find_avx2(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
-                                    Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
-        Py_ssize_t last = n - m;
-        __m256i b1 = _mm256_set1_epi8((char)needle[r1]), b2 = _mm256_set1_epi8((char)needle[r2]);
-        while (s + 31 <= last) {
-            __m256i x = _mm256_loadu_si256((const __m256i *)(hay + s + r1));
-            __m256i y = _mm256_loadu_si256((const __m256i *)(hay + s + r2));
-            unsigned mask = (unsigned)_mm256_movemask_epi8(
-                _mm256_and_si256(_mm256_cmpeq_epi8(x, b1), _mm256_cmpeq_epi8(y, b2)));
-            while (mask) {
-                int k = __builtin_ctz(mask);
-                if (memcmp(hay + s + k, needle, (size_t)m) == 0) return s + k;
-                mask &= mask - 1;
-            }
-            s += 32;
-        }
-        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
-    }
-
-    __attribute__((target("avx512bw")))
-    static Py_ssize_t rsr_find_avx512(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
-                                      Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
-        Py_ssize_t last = n - m;
-        __m512i b1 = _mm512_set1_epi8((char)needle[r1]), b2 = _mm512_set1_epi8((char)needle[r2]);
-        while (s + 63 <= last) {
-            uint64_t mask = _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(hay + s + r1), b1)
-                            & _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(hay + s + r2), b2);
-            while (mask) {
-                int k = __builtin_ctzll(mask);
-                if (memcmp(hay + s + k, needle, (size_t)m) == 0) return s + k;
-                mask &= mask - 1;
-            }
-            s += 64;
-        }
-        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
-    }
-    #endif
-
-    /* The widest search the CPU has: 2 for AVX-512BW, 1 for AVX2, 0 for SSE2; -1 until
-       the first search asks. */
-    static int rsr_avx2 = -1;
-
-    static int rsr_cpu_level(void) {
-    #ifdef RSR_AVX2
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512bw") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
-    #else
-        return 0;
-    #endif
-    }
-
-    static Py_ssize_t rsr_find(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
-                               Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t from) {
-        if (m == 0) return from <= n ? from : -1;
-        if (from > n - m) return -1;
-    #ifdef RSR_AVX2
-        if (rsr_avx2 < 0) rsr_avx2 = rsr_cpu_level();
-        if (rsr_avx2 == 2) return rsr_find_avx512(hay, n, needle, m, r1, r2, from);
-        if (rsr_avx2 == 1) return rsr_find_avx2(hay, n, needle, m, r1, r2, from);
-    #endif
-        return rsr_find_sse2(hay, n, needle, m, r1, r2, from);
-    }
-    """
+cdef extern from "rsr_find.h":
+    # The substring search both compiled passes use (SSE2, AVX2 or AVX-512BW, chosen at
+    # run time); the header says how it works.
     Py_ssize_t rsr_find(const uint8_t* hay, Py_ssize_t n, const uint8_t* needle, Py_ssize_t m,
                         Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t start) noexcept nogil
-    int rsr_avx2
+    int rsr_simd_level
     int rsr_cpu_level() noexcept nogil
 
 __all__ = ["Judge"]
@@ -937,8 +829,8 @@ cdef class Judge:
 def _simd(level=None):
     """Tests only: the widest search to use, at most what the CPU has: 0 SSE2, 1 AVX2,
     2 AVX-512BW, ``None`` the CPU's best (so every path is checked against the twin)."""
-    global rsr_avx2
-    rsr_avx2 = rsr_cpu_level() if level is None else min(int(level), rsr_cpu_level())
+    global rsr_simd_level
+    rsr_simd_level = rsr_cpu_level() if level is None else min(int(level), rsr_cpu_level())
 
 
 cdef object _leak(turn, position, value, kind, rule, what):

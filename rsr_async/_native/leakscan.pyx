@@ -33,13 +33,17 @@ cdef extern from "Python.h":
     Py_UCS4 PyUnicode_READ(int kind, const void* data, Py_ssize_t index) nogil
     int PyUnicode_IS_ASCII(object text)
 
+cdef extern from "rsr_find.h":
+    # The substring search both compiled passes use (SSE2, AVX2 or AVX-512BW, chosen at
+    # run time); the header says how it works.
+    Py_ssize_t rsr_find(const uint8_t* hay, Py_ssize_t n, const uint8_t* needle, Py_ssize_t m,
+                        Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t start) noexcept nogil
+    int rsr_simd_level
+    int rsr_cpu_level() noexcept nogil
+
 cdef extern from *:
     """
-    #include <stdint.h>
-    #include <string.h>
-    #if defined(__SSE2__)
-    #include <emmintrin.h>
-    #endif
+    /* rsr_find.h (above) brings stdint, string and the SIMD intrinsics. */
     static inline int rsr_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
     static inline int rsr_clz64(unsigned long long x) { return __builtin_clzll(x); }
 
@@ -70,9 +74,7 @@ cdef extern from *:
         }
     }
 
-    #if defined(__GNUC__) && defined(__x86_64__)
-    #define RSR_AVX512 1
-    #include <immintrin.h>
+    #ifdef RSR_WIDE_SIMD
     /* AVX-512BW: one 64-byte load, each class one or two compares straight to a mask. */
     __attribute__((target("avx512bw")))
     static void rsr_masks64_avx512(const uint8_t *p, rsr_masks *m) {
@@ -96,18 +98,13 @@ cdef extern from *:
     }
     #endif
 
-    static int rsr_avx512 = -1;  /* unknown until the first block asks the CPU */
-
     /* AVX-512BW where the CPU has it, else SSE2 where there is one (16 bytes per step):
        no table, no branch per byte. */
     static inline void rsr_masks64(const uint8_t *p, int length, rsr_masks *m) {
-    #ifdef RSR_AVX512
+    #ifdef RSR_WIDE_SIMD
         if (length == 64) {
-            if (rsr_avx512 < 0) {
-                __builtin_cpu_init();
-                rsr_avx512 = __builtin_cpu_supports("avx512bw") ? 1 : 0;
-            }
-            if (rsr_avx512) {
+            if (rsr_simd_level < 0) rsr_simd_level = rsr_cpu_level();
+            if (rsr_simd_level == 2) {
                 rsr_masks64_avx512(p, m);
                 return;
             }
@@ -156,94 +153,12 @@ cdef extern from *:
         rsr_masks_scalar(p, length, m);
     }
 
-    /* hay[0:m] == needle[0:m]: the first and last 4 bytes first (most starts that pass
-       the two-byte test fail there), with no call. */
-    static inline int rsr_same(const uint8_t *hay, const uint8_t *needle, Py_ssize_t m) {
-        uint32_t x, y;
-        if (m < 4) return memcmp(hay, needle, (size_t)m) == 0;
-        memcpy(&x, hay, 4);
-        memcpy(&y, needle, 4);
-        if (x != y) return 0;
-        memcpy(&x, hay + m - 4, 4);
-        memcpy(&y, needle + m - 4, 4);
-        if (x != y) return 0;
-        return m <= 8 || memcmp(hay + 4, needle + 4, (size_t)(m - 8)) == 0;
-    }
-
-    /* First start >= s where needle[0:m] occurs in hay[0:n], or -1. A start is compared
-       in full only when the needle's two rarest bytes (offsets r1, r2) both match; 16
-       starts are tested per step (64 with AVX-512BW). */
-    static inline Py_ssize_t rsr_find_tail(const uint8_t *hay, Py_ssize_t last,
-                                           const uint8_t *needle, Py_ssize_t m,
-                                           Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
-        for (; s <= last; s++) {
-            if (hay[s + r1] == needle[r1] && hay[s + r2] == needle[r2]
-                    && memcmp(hay + s, needle, (size_t)m) == 0)
-                return s;
-        }
-        return -1;
-    }
-
-    #ifdef RSR_AVX512
-    __attribute__((target("avx512bw")))
-    static Py_ssize_t rsr_find_avx512(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
-                                      Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
-        Py_ssize_t last = n - m;
-        __m512i b1 = _mm512_set1_epi8((char)needle[r1]), b2 = _mm512_set1_epi8((char)needle[r2]);
-        while (s + 63 <= last) {
-            uint64_t mask = _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(hay + s + r1), b1)
-                            & _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(hay + s + r2), b2);
-            while (mask) {
-                int k = __builtin_ctzll(mask);
-                if (rsr_same(hay + s + k, needle, m)) return s + k;
-                mask &= mask - 1;
-            }
-            s += 64;
-        }
-        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
-    }
-    #endif
-
-    static Py_ssize_t rsr_find(const uint8_t *hay, Py_ssize_t n, const uint8_t *needle,
-                               Py_ssize_t m, Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t s) {
-        Py_ssize_t last = n - m;
-        if (m <= 0 || s > last) return -1;
-    #ifdef RSR_AVX512
-        if (rsr_avx512 < 0) {
-            __builtin_cpu_init();
-            rsr_avx512 = __builtin_cpu_supports("avx512bw") ? 1 : 0;
-        }
-        if (rsr_avx512) return rsr_find_avx512(hay, n, needle, m, r1, r2, s);
-    #endif
-    #if defined(__SSE2__)
-        {
-            __m128i b1 = _mm_set1_epi8((char)needle[r1]), b2 = _mm_set1_epi8((char)needle[r2]);
-            while (s + 15 <= last) {
-                __m128i x = _mm_loadu_si128((const __m128i *)(hay + s + r1));
-                __m128i y = _mm_loadu_si128((const __m128i *)(hay + s + r2));
-                unsigned mask = (unsigned)_mm_movemask_epi8(
-                    _mm_and_si128(_mm_cmpeq_epi8(x, b1), _mm_cmpeq_epi8(y, b2)));
-                while (mask) {
-                    int k = __builtin_ctz(mask);
-                    if (rsr_same(hay + s + k, needle, m)) return s + k;
-                    mask &= mask - 1;
-                }
-                s += 16;
-            }
-        }
-    #endif
-        return rsr_find_tail(hay, last, needle, m, r1, r2, s);
-    }
-
     """
     ctypedef struct rsr_masks:
         uint64_t word, digit, zero, letter, hex, slash, dot, dash, plus, under
-    int rsr_avx512
     int rsr_ctz64(unsigned long long x) nogil
     int rsr_clz64(unsigned long long x) nogil
     void rsr_masks64(const uint8_t* p, int length, rsr_masks* m) nogil
-    Py_ssize_t rsr_find(const uint8_t* hay, Py_ssize_t n, const uint8_t* needle, Py_ssize_t m,
-                        Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t start) noexcept nogil
 
 __all__ = ["LeakScanner", "SandboxKnowledge", "scan_leaks"]
 
@@ -514,6 +429,8 @@ cdef inline Py_ssize_t _find_word(int kind, const void* data, Py_ssize_t n,
                                   Py_ssize_t r2) noexcept nogil:
     """Where the trimmed ASCII word ``needle`` is a whole trimmed word of the text, or -1."""
     cdef Py_ssize_t at = 0, j
+    if m <= 0:
+        return -1
     if kind == 1:
         at = rsr_find(<const uint8_t*>data, n, needle, m, r1, r2, 0)
         while at >= 0:
@@ -1046,11 +963,11 @@ def _index_after(searches=None):
 
 
 def _simd(level=None):
-    """Tests only: 0 keeps one-byte text on the SSE2 path even where the CPU has
-    AVX-512BW, ``None`` (or more) uses what the CPU has (so both are checked against the
-    twin)."""
-    global rsr_avx512
-    rsr_avx512 = -1 if level is None or level >= 2 else 0
+    """Tests only: the widest SIMD to use, at most what the CPU has: 0 SSE2, 1 AVX2 (the
+    character masks stay on SSE2 below AVX-512BW), 2 AVX-512BW, ``None`` the CPU's best
+    (so every path is checked against the twin)."""
+    global rsr_simd_level
+    rsr_simd_level = rsr_cpu_level() if level is None else min(int(level), rsr_cpu_level())
 
 
 def scan_leaks(actions, context, *, instruction="", sandbox=None):

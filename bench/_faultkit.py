@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rsr_async.lifeline import guarded_argv
 from rsr_async.rsr.runtime import run_id_for
 
 GRADED = ("succeeded", "failed")
@@ -152,11 +153,13 @@ class Launch:
 
 
 def launch(args: list[str], *, log: Path, tag: str, env: dict[str, str] | None = None) -> Launch:
-    """Start ``python -m rsr_async ARGS`` in its own session, tagged."""
+    """Start ``python -m rsr_async ARGS`` in its own session, tagged, behind the lifeline
+    trampoline: a bench stopped midway (Ctrl-C, a kill) takes the runs it started with it
+    (the same pid: the trampoline execs, so the faults still signal the run itself)."""
     environment = {**os.environ, **(env or {}), TAG_VAR: tag, "PYTHONUNBUFFERED": "1"}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rsr_async", *args], env=environment,
+        proc = subprocess.Popen(guarded_argv([sys.executable, "-m", "rsr_async", *args]), env=environment,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     return Launch(proc=proc, log=log)

@@ -17,6 +17,10 @@ then giving up, giving up early, a malformed (non-JSON) reply once and then givi
 part-way, or looping on one command a few turns and then giving up. Progress is read from
 the conversation (its own earlier assistant turns), so it is stateless across calls and
 works behind HTTP. Under RSRT, after the hidden verifier says "failed", it rolls again.
+When the last screen shows its command has not returned to the shell prompt yet (a slow
+machine, long work), it waits (empty keystrokes, 1 s, then 2, 4 ... up to 30 s, at most
+8 times) before its next step, as Terminus 2 tells models to poll: wait turns are no
+steps of the script, so the same episode solves or fails the same way at any load.
 
 Guided actor. With a private runbook in its context (a system message starting with
 :data:`GUIDANCE_LEAD`, as the harness sends it) the actor closes
@@ -86,6 +90,15 @@ Harness = Literal["terminus2", "statem", "rsrt"]
 _MAX_LOOP = 4
 _WRONG_COMMANDS = ("cat /app/answer.txt\n", "python3 main.py\n", "make test\n", "./run.sh\n")
 _HEREDOC_END = "RSR_EOF"
+_STILL_RUNNING = "The previous command is still running."
+"""The analysis of a wait turn: replies starting so are not steps of the script."""
+_MAX_WAITS = 8
+"""Consecutive wait turns before the script goes on regardless (a command that never
+returns to the prompt, an interactive program): 1 + 2 + 4 + ... capped at 30 s, 121 s."""
+_SHELL_PROMPT = re.compile(r"[#$]$")
+"""How a screen's last line looks when the shell waits for input (``root@box:/app#``,
+``$``); a running command's screen ends with its own echo or output instead."""
+_SCREEN_HEADERS = ("New Terminal Output:", "Current Terminal Screen:")
 
 
 def _unit(*parts: object) -> float:
@@ -218,6 +231,42 @@ def _give_up(why: str) -> list[str]:
     return [claim, confirm]
 
 
+def _waiting(messages: Sequence[ChatMessage]) -> int | None:
+    """How many wait turns in a row the actor has sent, when the last observation shows
+    its command has not returned to the shell prompt yet; ``None`` when it has (or the
+    last message is no terminal observation).
+
+    A model reads the screen: with no prompt after its command, the command still runs
+    (the machine is slow, the work is long), and claiming completion then would hand the
+    verifier a half-done sandbox. Terminus 2 tells models to poll, so the actor polls.
+    """
+    if len(messages) < 2 or messages[-1]["role"] != "user":
+        return None
+    content = messages[-1]["content"]
+    if not any(header in content for header in _SCREEN_HEADERS) or "task_complete" in content:
+        return None  # a parse error, a verifier's verdict, a completion question
+    lines = content.rstrip().splitlines()
+    if not lines or _SHELL_PROMPT.search(lines[-1].rstrip()):
+        return None
+    waits = 0
+    for m in reversed(messages[:-1]):
+        if m["role"] != "assistant":
+            continue
+        if not _is_wait(m["content"]):
+            return waits
+        waits += 1
+    return None  # no command of its own yet: the first screen is the task's
+
+
+def _is_wait(reply: str) -> bool:
+    return reply.startswith('{\n  "analysis": "' + _STILL_RUNNING)
+
+
+def _wait(waits: int) -> str:
+    return _actor(_STILL_RUNNING, "Wait for it to finish before going on.",
+                  [("", min(30.0, float(2**waits)))], False)
+
+
 def _heredoc(chunk: str) -> str:
     return f"bash <<'{_HEREDOC_END}'\n{chunk.rstrip()}\n{_HEREDOC_END}\n"
 
@@ -340,6 +389,8 @@ class ScriptedModel:
         claims = 0
         for m in messages:
             if m["role"] == "assistant":
+                if _is_wait(m["content"]):
+                    continue  # a wait is no step of the script
                 turns += 1
                 claims = claims + 1 if '"task_complete": true' in m["content"] else 0
             elif m["role"] == "user" and claims >= 2 and "fail" in m["content"].lower():
@@ -374,6 +425,9 @@ class ScriptedModel:
         )
 
     def _actor_reply(self, messages: Sequence[ChatMessage], seed_key: str) -> str:
+        waits = _waiting(messages)
+        if waits is not None and waits < _MAX_WAITS:
+            return _wait(waits)
         failures, turn = self._segments(messages)
         task = self._find_task(messages)
         if task is None:

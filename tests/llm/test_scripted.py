@@ -180,6 +180,77 @@ def test_rsrt_keeps_working_after_the_hidden_verifier_says_failed() -> None:
     assert any("RSR_EOF" in k for k in typed)  # the retry typed the solution
 
 
+def _drive_busy(model: ScriptedModel, seed: int, busy_screens: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """Terminus 2's loop where each command keeps running for ``busy_screens`` observations
+    (its screen ends with the heredoc's echo, no prompt), as on a loaded machine."""
+    messages = first_message(INSTRUCTION)
+    typed: list[str] = []
+    replies: list[dict[str, Any]] = []
+    busy = claims = 0
+    for _ in range(80):
+        raw = model.reply(messages, seed=seed)
+        messages.append({"role": "assistant", "content": raw})
+        try:
+            reply = json.loads(raw)
+        except json.JSONDecodeError:  # a stumble: the harness asks again
+            messages.append({"role": "user", "content": "Previous response had parsing errors."})
+            continue
+        replies.append(reply)
+        typed += [c["keystrokes"] for c in reply["commands"] if c["keystrokes"]]
+        if any(c["keystrokes"] for c in reply["commands"]):
+            busy = busy_screens
+        if reply["task_complete"]:
+            assert busy == 0, "claimed while its command was still running"
+            claims += 1
+            if claims == 2:
+                return typed, replies
+            messages.append({"role": "user", "content": "Are you sure? Include task_complete again."})
+            continue
+        claims = 0
+        screen = "root@sandbox:/app# bash <<'RSR_EOF'\n> echo hi\n> RSR_EOF\n" if busy else "root@sandbox:/app# "
+        busy = max(0, busy - 1)
+        messages.append({"role": "user", "content": f"New Terminal Output:\n{screen}\n\n\n"})
+    raise AssertionError("episode did not end within 80 turns")
+
+
+def test_a_command_still_running_is_polled_not_claimed_over() -> None:
+    model = ScriptedModel({INSTRUCTION: SOLVE})
+    seed = _seed_where(model, INSTRUCTION, "terminus2", True)
+    quiet, quiet_replies = _drive_busy(model, seed, busy_screens=0)
+    typed, replies = _drive_busy(model, seed, busy_screens=3)
+    assert typed == quiet  # the same steps of the script, in the same order: waits are no steps
+    waits = [r for r in replies if r["analysis"].startswith("The previous command is still running")]
+    assert all(w["commands"] == [{"keystrokes": "", "duration": w["commands"][0]["duration"]}] for w in waits)
+    chunks = sum("RSR_EOF" in k for k in typed) + sum(k == "ls -la\n" for k in typed)
+    assert len(waits) == 3 * chunks and len(replies) == len(quiet_replies) + len(waits)
+    assert [w["commands"][0]["duration"] for w in waits[:3]] == [1.0, 2.0, 4.0]  # backing off
+    assert not any(r["analysis"].startswith("The previous command") for r in quiet_replies)
+
+
+def test_a_command_that_never_returns_is_waited_for_a_bounded_time() -> None:
+    model = ScriptedModel({INSTRUCTION: SOLVE})
+    seed = _seed_where(model, INSTRUCTION, "terminus2", True)
+    quiet, _ = _drive_busy(model, seed, busy_screens=0)
+    messages = first_message(INSTRUCTION)
+    waited = []
+    for _ in range(30):
+        raw = model.reply(messages, seed=seed)
+        messages.append({"role": "assistant", "content": raw})
+        try:
+            reply = json.loads(raw)
+        except json.JSONDecodeError:
+            messages.append({"role": "user", "content": "Previous response had parsing errors."})
+            continue
+        if reply["task_complete"]:
+            break
+        if reply["analysis"].startswith("The previous command is still running"):
+            waited.append(reply["commands"][0]["duration"])
+        # Never a prompt again: an interactive program that holds the terminal.
+        messages.append({"role": "user", "content": "New Terminal Output:\n> RSR_EOF\n"})
+    assert waited[:8] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert reply["task_complete"] is True  # after each 8 waits the script went on, to its claim
+
+
 def test_unknown_task_explores_then_gives_up() -> None:
     model = ScriptedModel({})
     messages, typed = drive(model, "Something nobody has seen.", "terminus2", 0)

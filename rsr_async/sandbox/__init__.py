@@ -25,7 +25,8 @@ from .terminal import clean_output, parse_keystrokes, truncate_output
 if TYPE_CHECKING:
     from .container import ContainerState, DockerSandbox
     from .images import BASE_PACKAGES, bootstrap_base_image, task_image_tag
-    from .pool import LeftoverContainer, SandboxPool, SandboxStats, owner_gone, sweep
+    from .ownership import LeftoverContainer, owner_gone, sweep
+    from .pool import SandboxPool, SandboxStats
     from .shell import DockerShell
 
 __all__ = [
@@ -56,11 +57,11 @@ _HOME = {
     "BASE_PACKAGES": ".images",
     "bootstrap_base_image": ".images",
     "task_image_tag": ".images",
-    "LeftoverContainer": ".pool",
+    "LeftoverContainer": ".ownership",
+    "owner_gone": ".ownership",
+    "sweep": ".ownership",
     "SandboxPool": ".pool",
     "SandboxStats": ".pool",
-    "owner_gone": ".pool",
-    "sweep": ".pool",
     "DockerShell": ".shell",
 }
 

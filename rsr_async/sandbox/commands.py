@@ -9,7 +9,7 @@ import sys
 import anyio
 
 from ..config import add_config_arguments, load_config
-from .pool import sweep
+from .ownership import sweep
 
 __all__ = ["configure", "main"]
 

@@ -148,7 +148,7 @@ async def bootstrap_base_image(
                 present = await image_id(docker, tag, timeout_s=config.api_timeout_s)
         except DockerUnavailableError as exc:
             # One host of several may be down at the start: the pool places around it and
-            # ships the base image there when it answers (SandboxPool._ensure_present).
+            # ships the base image there when it answers (HostImages.ensure_present).
             down[url] = exc
             say(f"{url} does not answer: skipped ({exc})")
             continue

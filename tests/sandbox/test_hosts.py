@@ -166,11 +166,11 @@ async def test_with_no_host_answering_the_start_names_each(tmp_path: Path) -> No
 CHILD = """
 import sys, anyio
 from rsr_async.config import SandboxConfig
-from rsr_async.sandbox import pool as pool_module
+from rsr_async.sandbox import ownership
 from rsr_async.sandbox import SandboxPool
 from rsr_async.schema import Task
 # As if on another machine: no /proc proof, and no run directory to lock.
-pool_module._host_id = lambda: "elsewhere/00000000"
+ownership._host_id = lambda: "elsewhere/00000000"
 
 async def main() -> None:
     config = SandboxConfig(docker_urls=(sys.argv[1], sys.argv[2]), api_timeout_s=30.0)

@@ -96,6 +96,18 @@ class _Reply:
         self.error = False
 
 
+_STREAM_GONE: tuple[type[Exception], ...] = (
+    RuntimeError, OSError, aiohttp.ClientError, AssertionError,
+)
+"""What an attached exec stream raises once its connection is gone (a daemon that died,
+a socket the server closed). aiodocker's ``Stream`` asserts on the state it expects
+(``assert transport is not None`` in ``write_in``, ``assert protocol is not None`` in
+``_init``, ``assert self._resp.connection is not None`` in ``close``), so a vanished
+connection surfaces as an AssertionError from those calls: the shell has closed, an
+infrastructure failure to retry, not a bug of ours to store unretried."""
+_OPEN_FAILED: tuple[type[Exception], ...] = (aiodocker.DockerError, *_STREAM_GONE)
+
+
 class _Stream:
     """One attached exec stream and the reader that pumps it (shared by both shells)."""
 
@@ -125,8 +137,10 @@ class _Stream:
                         await execution.resize(h=SCREEN_LINES, w=SCREEN_COLUMNS)
                     except aiodocker.DockerError:
                         pass  # the exec may not have its pty yet; the screen size still holds
-        except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
-            raise ShellClosedError(f"{self.name}: could not start the shell: {exc}") from exc
+        except _OPEN_FAILED as exc:
+            raise ShellClosedError(
+                f"{self.name}: could not start the shell: {type(exc).__name__} {exc}"
+            ) from exc
         except TimeoutError as exc:
             raise ShellClosedError(
                 f"{self.name}: the shell did not start within {self.api_timeout:.0f} s"
@@ -167,10 +181,12 @@ class _Stream:
         try:
             with anyio.fail_after(self.api_timeout):
                 await self.stream.write_in(data)
-        except (RuntimeError, OSError, aiohttp.ClientError) as exc:
+        except _STREAM_GONE as exc:
             self.alive = False
             self.error = exc
-            raise ShellClosedError(f"{self.name}: the shell's stream closed: {exc}") from exc
+            raise ShellClosedError(
+                f"{self.name}: the shell's stream closed: {type(exc).__name__} {exc}"
+            ) from exc
         except TimeoutError as exc:
             self.error = exc
             raise ShellClosedError(
@@ -186,7 +202,7 @@ class _Stream:
             with anyio.move_on_after(5, shield=True):
                 try:
                     await stream.close()
-                except (OSError, RuntimeError, aiohttp.ClientError):
+                except _STREAM_GONE:
                     pass  # already broken: nothing left to close
 
 

@@ -7,11 +7,14 @@ import re
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
-from rsr_async.errors import ShellClosedError
+from rsr_async.errors import DockerUnavailableError, ShellClosedError
 from rsr_async.harness import protocol
 from rsr_async.sandbox import DockerSandbox, DockerShell, SandboxPool
+from rsr_async.sandbox.container import docker_errors
+from rsr_async.sandbox.shell import _Stream
 
 from .conftest import fixture_task, make_task
 
@@ -307,3 +310,42 @@ async def test_terminal_corpus_matches_harbor_tmux(pool: SandboxPool) -> None:
     print(f"corpus: {total - len(differences)}/{total} identical; "
           f"{time.monotonic() - started:.1f} s, {full_waits:.1f} s of it full waits")
     assert not differences, "\n".join(differences)
+
+
+async def test_a_stream_whose_connection_vanished_is_a_closed_shell_not_a_bug(pool: SandboxPool) -> None:
+    """A daemon that dies under an attached stream leaves aiodocker's Stream with no
+    transport, and its ``write_in`` then fails an ``assert``: that must reach the harness
+    as ShellClosedError (infrastructure, retried), never as an AssertionError (a bug,
+    stored unretried). Seen under load in the test where the second daemon dies."""
+    async with pool.sandbox(make_task(), key="vanish") as sandbox:
+        io = _Stream(sandbox._container, "vanish", 30.0)
+        await io.open(["cat"], tty=False, env={}, workdir=None)
+        assert io.alive
+        connection = io.stream._resp.connection
+        protocol = connection.protocol
+        lost = anyio.Event()
+        original = protocol.connection_lost
+
+        def connection_lost(exc: BaseException | None) -> None:
+            original(exc)
+            lost.set()
+
+        protocol.connection_lost = connection_lost
+        protocol.transport.abort()  # what a dying daemon leaves: the socket gone
+        with anyio.fail_after(10):
+            await lost.wait()
+        assert connection.transport is None
+        # Through the Docker error boundary, the library's failed assertion is a
+        # transient Docker error ...
+        with pytest.raises(DockerUnavailableError, match="connection to Docker"):
+            with docker_errors("write", url="unix://test"):
+                await io.stream.write_in(b"x\n")
+        # ... and to the harness, a closed shell.
+        with pytest.raises(ShellClosedError, match="AssertionError"):
+            await io.write(b"hello\n")
+        assert not io.alive
+        await io.close()  # nothing left to close: no error
+    # An assertion of our own code is never taken for a lost connection.
+    with pytest.raises(AssertionError, match="ours"):
+        with docker_errors("ours", url="unix://test"):
+            raise AssertionError("ours")

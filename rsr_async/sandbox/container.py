@@ -37,9 +37,9 @@ __all__ = [
 _RUN_OUTPUT_KEEP = 1 << 20
 """``run`` keeps the first and last MiB of output: verifier logs are never larger."""
 _KILL_GRACE_S = 5
+"""After its time limit a command gets SIGTERM, then SIGKILL this many seconds later."""
 _STAGE_DIR = "/var/tmp/.rsr-upload"
 """Where uploads bound for a tmpfs mount wait for their copy into place (not a tmpfs)."""
-"""After its time limit a command gets SIGTERM, then SIGKILL this many seconds later."""
 
 
 _TRANSIENT_4XX = frozenset({404, 408, 409, 429})

@@ -71,6 +71,7 @@ __all__ = [
     "ROLE_PLANNER",
     "ScriptedModel",
     "carries_data",
+    "is_wait_reply",
     "load_solutions",
     "solve_probability",
     "split_blocks",
@@ -252,13 +253,15 @@ def _waiting(messages: Sequence[ChatMessage]) -> int | None:
     for m in reversed(messages[:-1]):
         if m["role"] != "assistant":
             continue
-        if not _is_wait(m["content"]):
+        if not is_wait_reply(m["content"]):
             return waits
         waits += 1
     return None  # no command of its own yet: the first screen is the task's
 
 
-def _is_wait(reply: str) -> bool:
+def is_wait_reply(reply: str) -> bool:
+    """Whether ``reply`` is one of the stand-in's wait turns: they depend on how fast the
+    machine ran its commands, so two runs of the same episode may differ by them."""
     return reply.startswith('{\n  "analysis": "' + _STILL_RUNNING)
 
 
@@ -389,7 +392,7 @@ class ScriptedModel:
         claims = 0
         for m in messages:
             if m["role"] == "assistant":
-                if _is_wait(m["content"]):
+                if is_wait_reply(m["content"]):
                     continue  # a wait is no step of the script
                 turns += 1
                 claims = claims + 1 if '"task_complete": true' in m["content"] else 0

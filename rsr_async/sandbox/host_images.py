@@ -14,7 +14,7 @@ build on each host instead, measured cheaper than shipping them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -142,23 +142,14 @@ class HostImages:
                     return task.docker_image
         key = f"{host.url}\0{task.name}\0{task.environment_dir}"
 
-        async def build() -> str:
-            # Task images build on each host (seconds over a present base, measured
-            # cheaper than shipping the whole image); the base itself is shipped.
-            await self.ensure_present(host, self.config.base_image)
-            async with self._build_limiter:
-                tag, built = await build_task_image(
-                    host.docker,
-                    task,
-                    base_image=self.config.base_image,
-                    url=host.url,
-                    api_timeout_s=timeout,
-                    log_dir=self.run_dir / "builds" if self.run_dir else None,
-                )
-            self.images_built += built
-            return tag
-
-        return await self._builds.get(key, build)
+        return await self._build_once(host, key, lambda: build_task_image(
+            host.docker,
+            task,
+            base_image=self.config.base_image,
+            url=host.url,
+            api_timeout_s=timeout,
+            log_dir=self.run_dir / "builds" if self.run_dir else None,
+        ))
 
     async def compose_images(self, host: DockerHost, task: Task, spec: ComposeSpec) -> dict[str, str]:
         """Service name → image on ``host``, each built once (or found: never pulled)."""
@@ -186,22 +177,33 @@ class HostImages:
         key = f"{host.url}\0{task.name}\0{label}\0{service.build_context}\0{service.dockerfile}\0{args}"
         context = Path(service.build_context)
 
-        async def build() -> str:
+        return await self._build_once(host, key, lambda: build_context_image(
+            host.docker,
+            task,
+            context=context,
+            dockerfile=service.dockerfile,
+            build_args=service.build_args,
+            service=label,
+            base_image=self.config.base_image,
+            url=host.url,
+            api_timeout_s=timeout,
+            log_dir=self.run_dir / "builds" if self.run_dir else None,
+        ))
+
+    async def _build_once(
+        self, host: DockerHost, key: str, build: Callable[[], Awaitable[tuple[str, bool]]]
+    ) -> str:
+        """The tag ``build`` makes on ``host``, built once per ``key`` however many ask.
+
+        Task images build on each host (seconds over a present base, measured cheaper
+        than shipping the whole image); the base itself is shipped first if missing.
+        """
+
+        async def once() -> str:
             await self.ensure_present(host, self.config.base_image)
             async with self._build_limiter:
-                tag, built = await build_context_image(
-                    host.docker,
-                    task,
-                    context=context,
-                    dockerfile=service.dockerfile,
-                    build_args=service.build_args,
-                    service=label,
-                    base_image=self.config.base_image,
-                    url=host.url,
-                    api_timeout_s=timeout,
-                    log_dir=self.run_dir / "builds" if self.run_dir else None,
-                )
+                tag, built = await build()
             self.images_built += built
             return tag
 
-        return await self._builds.get(key, build)
+        return await self._builds.get(key, once)

@@ -19,6 +19,7 @@ import pytest
 from rsr_async.analysis.runs import read_run
 from rsr_async.analysis.tables import all_tables
 from rsr_async.engine.store import Store
+from rsr_async.llm.scripted import is_wait_reply
 from rsr_async.rsr.runtime import run_id_for
 from rsr_async.schema import AuditResult, PlanResult
 from rsr_async.tasks import BUNDLED_SUITE
@@ -193,9 +194,12 @@ def _manifest_counts(run_dir: Path) -> dict[str, object]:
 
 
 def _replies(run_dir: Path) -> dict[str, dict[str, list[str]]]:
-    """Per export file: row key -> the model's replies, in order."""
+    """Per export file: row key -> the model's replies, in order, less the stand-in's
+    waits for a command still running (they follow the machine's speed, not the seed)."""
     out: dict[str, dict[str, list[str]]] = {}
     for name in ("sft.jsonl", "direct_sft.jsonl"):
         rows = [json.loads(line) for line in (run_dir / "export" / name).read_text().splitlines()]
-        out[name] = {r["key"]: [m["content"] for m in r["messages"] if m["role"] == "assistant"] for r in rows}
+        out[name] = {r["key"]: [m["content"] for m in r["messages"]
+                                if m["role"] == "assistant" and not is_wait_reply(m["content"])]
+                     for r in rows}
     return out

@@ -241,7 +241,7 @@ def _waiting(messages: Sequence[ChatMessage]) -> int | None:
     (the machine is slow, the work is long), and claiming completion then would hand the
     verifier a half-done sandbox. Terminus 2 tells models to poll, so the actor polls.
     """
-    if len(messages) < 2 or messages[-1]["role"] != "user":
+    if not messages or messages[-1]["role"] != "user":
         return None
     content = messages[-1]["content"]
     if not any(header in content for header in _SCREEN_HEADERS) or "task_complete" in content:

@@ -21,18 +21,12 @@ import msgspec
 
 from ..errors import ContainerError, DockerUnavailableError, SandboxError, ShellClosedError
 from .base import ExecResult
-from .shell import DockerShell
+from .shell import DockerShell, connection_asserts
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-__all__ = [
-    "ContainerState",
-    "DockerSandbox",
-    "docker_errors",
-    "permanent_status",
-    "raised_by_client_library",
-]
+__all__ = ["ContainerState", "DockerSandbox", "docker_errors", "permanent_status"]
 
 _RUN_OUTPUT_KEEP = 1 << 20
 """``run`` keeps the first and last MiB of output: verifier logs are never larger."""
@@ -68,7 +62,8 @@ def docker_errors(
     and connection failures stay transient.
     """
     try:
-        yield
+        with connection_asserts():
+            yield
     except aiodocker.DockerError as exc:
         if exc.status == 900:  # aiodocker's code for "cannot connect"
             raise DockerUnavailableError(
@@ -85,26 +80,6 @@ def docker_errors(
         ) from exc
     except TimeoutError as exc:
         raise SandboxError(f"{what}: Docker did not answer in time") from exc
-    except AssertionError as exc:
-        if not raised_by_client_library(exc):
-            raise  # ours: a bug, kept as one
-        raise DockerUnavailableError(
-            f"{what}: the connection to Docker at {url or 'its URL'} is gone "
-            "(aiodocker asserted on a closed connection)"
-        ) from exc
-
-
-def raised_by_client_library(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised inside aiodocker or aiohttp: their stream code asserts on
-    connection state (``assert transport is not None``) that a daemon dying underneath
-    breaks, so such an AssertionError means "connection gone", not a bug of ours."""
-    tb = exc.__traceback__
-    last = None
-    while tb is not None:
-        last = tb.tb_frame.f_code.co_filename
-        tb = tb.tb_next
-    return last is not None and any(f"{sep}{name}{sep}" in last for name in ("aiodocker", "aiohttp")
-                                    for sep in ("/", "\\"))
 
 
 class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
@@ -252,9 +227,10 @@ class DockerSandbox:
         finally:
             with anyio.move_on_after(5, shield=True):
                 try:
-                    await stream.close()
-                except (OSError, RuntimeError, aiohttp.ClientError, AssertionError):
-                    pass  # the daemon already closed it (aiodocker asserts then: see docker_errors)
+                    with connection_asserts():
+                        await stream.close()
+                except (OSError, RuntimeError, aiohttp.ClientError):
+                    pass  # the daemon already closed it
         output = head.decode("utf-8", errors="replace")
         if dropped:
             output += f"\n[... {dropped} bytes of output not kept ...]\n"

@@ -30,6 +30,8 @@ import collections
 import logging
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import aiodocker
@@ -96,16 +98,33 @@ class _Reply:
         self.error = False
 
 
-_STREAM_GONE: tuple[type[Exception], ...] = (
-    RuntimeError, OSError, aiohttp.ClientError, AssertionError,
-)
-"""What an attached exec stream raises once its connection is gone (a daemon that died,
-a socket the server closed). aiodocker's ``Stream`` asserts on the state it expects
-(``assert transport is not None`` in ``write_in``, ``assert protocol is not None`` in
-``_init``, ``assert self._resp.connection is not None`` in ``close``), so a vanished
-connection surfaces as an AssertionError from those calls: the shell has closed, an
-infrastructure failure to retry, not a bug of ours to store unretried."""
-_OPEN_FAILED: tuple[type[Exception], ...] = (aiodocker.DockerError, *_STREAM_GONE)
+@contextmanager
+def connection_asserts() -> Iterator[None]:
+    """Raise aiodocker's failed assertions on a vanished connection as the lost connection
+    they are (ConnectionResetError); an AssertionError of our own code stays a bug.
+
+    aiodocker's ``Stream`` asserts on the connection state it expects (``assert transport
+    is not None`` in ``write_in``, ``assert protocol is not None`` in ``_init``, ``assert
+    self._resp.connection is not None`` in ``close``), which a daemon dying underneath
+    breaks: without this, that is stored as a runner bug and never retried.
+    """
+    try:
+        yield
+    except AssertionError as exc:
+        if not _raised_in_client_library(exc):
+            raise
+        raise ConnectionResetError(
+            "the connection to Docker is gone (aiodocker raised AssertionError on it)"
+        ) from exc
+
+
+def _raised_in_client_library(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    last = ""
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        tb = tb.tb_next
+    return "/aiodocker/" in last or "/aiohttp/" in last
 
 
 class _Stream:
@@ -125,7 +144,7 @@ class _Stream:
         self, argv: list[str], *, tty: bool, env: dict[str, str], workdir: str | None
     ) -> None:
         try:
-            with anyio.fail_after(self.api_timeout):
+            with anyio.fail_after(self.api_timeout), connection_asserts():
                 execution = await self.container.exec(
                     argv, stdin=True, tty=tty, environment=env, workdir=workdir
                 )
@@ -137,10 +156,8 @@ class _Stream:
                         await execution.resize(h=SCREEN_LINES, w=SCREEN_COLUMNS)
                     except aiodocker.DockerError:
                         pass  # the exec may not have its pty yet; the screen size still holds
-        except _OPEN_FAILED as exc:
-            raise ShellClosedError(
-                f"{self.name}: could not start the shell: {type(exc).__name__} {exc}"
-            ) from exc
+        except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
+            raise ShellClosedError(f"{self.name}: could not start the shell: {exc}") from exc
         except TimeoutError as exc:
             raise ShellClosedError(
                 f"{self.name}: the shell did not start within {self.api_timeout:.0f} s"
@@ -179,14 +196,12 @@ class _Stream:
         if not self.alive:
             raise ShellClosedError(f"{self.name}: the shell has exited")
         try:
-            with anyio.fail_after(self.api_timeout):
+            with anyio.fail_after(self.api_timeout), connection_asserts():
                 await self.stream.write_in(data)
-        except _STREAM_GONE as exc:
+        except (RuntimeError, OSError, aiohttp.ClientError) as exc:
             self.alive = False
             self.error = exc
-            raise ShellClosedError(
-                f"{self.name}: the shell's stream closed: {type(exc).__name__} {exc}"
-            ) from exc
+            raise ShellClosedError(f"{self.name}: the shell's stream closed: {exc}") from exc
         except TimeoutError as exc:
             self.error = exc
             raise ShellClosedError(
@@ -201,8 +216,9 @@ class _Stream:
         if stream is not None:
             with anyio.move_on_after(5, shield=True):
                 try:
-                    await stream.close()
-                except _STREAM_GONE:
+                    with connection_asserts():
+                        await stream.close()
+                except (OSError, RuntimeError, aiohttp.ClientError):
                     pass  # already broken: nothing left to close
 
 

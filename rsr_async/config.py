@@ -141,6 +141,10 @@ class SandboxConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     max_concurrent_verifiers: AtLeastOne = 8
     """Hidden-test runs at once: they are CPU-heavy, and a verifier's timeout must measure
     its own run, not the wait for a core."""
+    stop_agent_before_tests: bool = False
+    """Kill every process the agent left before the hidden tests run (off: Harbor's
+    shared mode, the agent's servers and daemons stay up for the tests that probe them;
+    on: such tasks grade 0). Rewards are out of the agent's reach either way."""
     build_concurrency: AtLeastOne = 2
     """Image builds in flight at once."""
     api_timeout_s: Positive = 120.0

@@ -123,6 +123,8 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     workdir: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     verifier_env: dict[str, str] = msgspec.field(default_factory=dict)
+    verifier_user: str | None = None
+    """``[verifier].user`` (Harbor 0.26): who the tests run as (None: root)."""
     tests_dir: str = ""
     test_script: str = "test.sh"
     solution_path: str | None = None

@@ -34,6 +34,16 @@ fi
 .venv/bin/python setup.py -q build_ext --inplace 2>&1 | { grep -v -E '^(Compiling|\[[0-9]+/[0-9]+\] Cythonizing)' || true; }
 .venv/bin/python -c 'import rsr_async._native as n; print("setup: native extensions", "active" if n.NATIVE else "NOT built (pure-Python twins)")'
 
+# The verifier's static helper (rsr_async/sandbox/verifier_helper.c), compiled once into
+# ~/.cache/rsr_async: it needs gcc and a static C library.
+if ! command -v cc >/dev/null || [ ! -f /usr/lib/x86_64-linux-gnu/libc.a ] && [ ! -f /usr/lib/libc.a ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing gcc and libc6-dev (the verifier's static helper)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
+  fi
+fi
+.venv/bin/python -c 'from rsr_async.sandbox.hidden import helper_binary; print("setup: verifier helper", helper_binary())'
+
 # A headless browser for the viewer's tests (tests/viewer/test_browser.py fails without it
 # under CI=1): Debian's chromium and its driver, installed once.
 if [ ! -x /usr/bin/chromedriver ]; then

@@ -119,13 +119,16 @@ def test_an_sdist_carries_what_the_wheel_needs(tmp_path: Path) -> None:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         for needed in ("configs/paper.toml", "bench/native.py", "setup.py", "MANIFEST.in",
                        "rsr_async/_native/leakscan.pyx", "rsr_async/_native/rsr_find.h",
+                       "rsr_async/sandbox/verifier_helper.c",
                        "rsr_async/tasks/bundled/build-order/task.toml"):
             assert needed in names, needed
         tar.extractall(tmp_path / "src", filter="data")
     (source,) = (tmp_path / "src").iterdir()
     # The extensions are not what this checks (their build is CI's own step): skip them.
     wheel = _build("wheel", tmp_path / "dist", source, RSR_NO_EXTENSIONS="1")
-    assert "rsr_async/_shipped/configs/paper.toml" in zipfile.ZipFile(wheel).namelist()
+    shipped = zipfile.ZipFile(wheel).namelist()
+    assert "rsr_async/_shipped/configs/paper.toml" in shipped
+    assert "rsr_async/sandbox/verifier_helper.c" in shipped  # the verifier builds its helper from it
 
 
 def _imports(folder: Path) -> set[str]:

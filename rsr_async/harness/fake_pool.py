@@ -5,18 +5,12 @@
 episode gets a :class:`FakeTaskSandbox`: a
 :class:`~rsr_async.harness.fakes.FakeShellSandbox` (the harness's shell I/O on
 :class:`~rsr_async.harness.fakes.FakeShell`'s virtual clock, so waits cost no time) that
-also answers the commands the hidden verifier (:mod:`rsr_async.tasks.verifier`) sends,
-recognised by their shape:
-
-- the clean-up exec (stop the agent's processes, empty ``/tests`` and
-  ``/logs/verifier``): ``stopped 0``;
-- ``bash /tests/<script>``: the grade. Full marks when the agent typed every command
-  line of the task's reference solution (``solution/solve.sh``; blank lines, comments
-  and the shebang aside), else 0, written to ``/logs/verifier/reward.txt`` (Harbor
-  tasks) or printed as a pytest summary (terminal-bench tasks). So pass or fail follows
-  what the model did: the scripted stand-in passes exactly when it types the solution;
-- the reward read (``reward.txt``), the log listing (none: the verifier keeps the
-  script's output as ``test-stdout.txt``), and ``rm -rf`` of the tests.
+also runs the hidden verifier's tests (:meth:`FakeTaskSandbox.run_hidden`): full marks
+when the agent typed every command line of the task's reference solution
+(``solution/solve.sh``; blank lines, comments and the shebang aside), else 0, as a
+``reward.txt`` (Harbor tasks) or a pytest summary (terminal-bench tasks). So pass or fail
+follows what the model did: the scripted stand-in passes exactly when it types the
+solution.
 
 A task's image files (:meth:`FakeSandboxPool.image_files`, for the leak audit) are an
 empty listing.
@@ -29,7 +23,6 @@ knows the verifier's commands, which the sandbox room never imports.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,18 +31,12 @@ from types import TracebackType
 import anyio
 from anyio.lowlevel import checkpoint
 
-from ..sandbox.base import ExecResult
+from ..sandbox.base import HiddenReport, HiddenRun
 from ..sandbox.pool import SandboxStats
 from ..schema import ImageFiles, Task
-from ..tasks.verifier import REWARD_DIR, TESTS_DIR
 from .fakes import FakeShell, FakeShellSandbox, _read_tree
 
 __all__ = ["FakeSandboxPool", "FakeTaskSandbox"]
-
-_REWARD_READ = re.compile(r"echo txt(\w+);")
-_STOP = "kill -STOP"
-_REWARD_TXT = f"{REWARD_DIR}/reward.txt"
-
 
 class FakeTaskSandbox(FakeShellSandbox):
     """One episode's fake sandbox: the agent's fake shell plus the verifier's answers."""
@@ -67,49 +54,16 @@ class FakeTaskSandbox(FakeShellSandbox):
         """Copy a local file or directory into the in-memory files (read once per pool)."""
         self.current.files.update(await self._pool.read_tree(local, remote))
 
-    async def run(
-        self,
-        command: str,
-        *,
-        time_limit: float,
-        env: dict[str, str] | None = None,
-        workdir: str | None = None,
-    ) -> ExecResult:
-        """The verifier's commands by shape (see the module's docstring); anything else
-        through the fake shell's interpreter."""
-        files = self.current.files
-        if _STOP in command:  # the clean-up before the tests: no agent process to stop
-            self._remove(TESTS_DIR, REWARD_DIR)
-            await checkpoint()
-            return ExecResult(exit_code=0, output="stopped 0\n")
-        if command.startswith(f"bash {TESTS_DIR}/"):
-            passed = await self._pool.grade(self._task, self.typed())
-            self._pool.graded += 1
-            if self._task.format == "terminal-bench":
-                status = "PASSED" if passed else "FAILED"
-                summary = f"=== short test summary info ===\n{status} tests/test_outputs.py::test_solution\n"
-                return ExecResult(exit_code=0 if passed else 1, output=summary)
-            files[_REWARD_TXT] = "1\n" if passed else "0\n"
-            return ExecResult(exit_code=0, output="solution matched\n" if passed else "solution missing\n")
-        if match := _REWARD_READ.search(command):
-            await checkpoint()
-            marker = match.group(1)
-            if _REWARD_TXT in files:
-                return ExecResult(exit_code=0, output=f"txt{marker}\n{files[_REWARD_TXT]}")
-            return ExecResult(exit_code=0, output=f"none{marker}\n")
-        if command.lstrip().startswith(f"cd {REWARD_DIR}"):  # the log listing: none kept
-            await checkpoint()
-            return ExecResult(exit_code=0, output="")
-        if command.startswith("rm -rf "):
-            self._remove(*command.split()[2:])
-            await checkpoint()
-            return ExecResult(exit_code=0, output="")
-        return await super().run(command, time_limit=time_limit, env=env, workdir=workdir)
-
-    def _remove(self, *roots: str) -> None:
-        files = self.current.files
-        for path in [p for p in files if any(p == r or p.startswith(r + "/") for r in roots)]:
-            del files[path]
+    async def run_hidden(self, run: HiddenRun) -> HiddenReport:
+        """The grade (see the module's docstring); the agent's files are left alone."""
+        passed = await self._pool.grade(self._task, self.typed())
+        self._pool.graded += 1
+        if self._task.format == "terminal-bench":
+            status = "PASSED" if passed else "FAILED"
+            summary = f"=== short test summary info ===\n{status} tests/test_outputs.py::test_solution\n"
+            return HiddenReport(exit_code=0 if passed else 1, output=summary)
+        said = "solution matched\n" if passed else "solution missing\n"
+        return HiddenReport(exit_code=0, files={"reward.txt": "1\n" if passed else "0\n", "test-stdout.txt": said})
 
 
 class FakeSandboxPool:

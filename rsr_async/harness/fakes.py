@@ -28,7 +28,7 @@ from anyio.lowlevel import checkpoint
 
 from ..errors import HarnessError, ShellClosedError
 from ..llm.base import ChatMessage, Completion
-from ..sandbox.base import ExecResult
+from ..sandbox.base import ExecResult, HiddenReport, HiddenRun
 from ..sandbox.terminal import new_content
 from ..schema import Usage
 from .protocol import truncate_output
@@ -251,6 +251,21 @@ class FakeShellSandbox:
         probe = FakeShell(files=self.current.files, outputs=self.current.outputs)
         output = "".join(probe.execute(line) for line in command.split("\n"))
         return ExecResult(exit_code=1 if "command not found" in output else 0, output=output)
+
+    async def run_hidden(self, run: HiddenRun) -> HiddenReport:
+        """Hidden tests in the fake's world: ``run.command`` through the interpreter, the
+        files left in ``run.logs_dir`` reported, and the fake's own files untouched
+        outside ``run.tests_dir`` and ``run.logs_dir`` (both private to the run)."""
+        await checkpoint()
+        files = dict(self.current.files)
+        for local, path in run.files:
+            target = f"{run.tests_dir}/{path}".rstrip("/")
+            files.update(await anyio.to_thread.run_sync(_read_tree, Path(local), target))
+        probe = FakeShell(files=files, outputs=self.current.outputs)
+        output = "".join(probe.execute(line) for line in run.command.split("\n"))
+        prefix = run.logs_dir.rstrip("/") + "/"
+        logs = {p[len(prefix):]: text for p, text in files.items() if p.startswith(prefix)}
+        return HiddenReport(exit_code=1 if "command not found" in output else 0, output=output, files=logs)
 
     async def upload(self, local: Path, remote: str) -> None:
         """Copy a local file (or a directory's files) into the in-memory files."""

@@ -105,6 +105,7 @@ class EpisodeRunner:
         harness: HarnessConfig,
         scripted: bool,
         max_concurrent_verifiers: int = 8,
+        stop_agent_before_tests: bool = False,
         rsrt_wall_clock_s: float = DEFAULT_WALL_CLOCK_S,
         model_call_budget_s: float = DEFAULT_MODEL_CALL_BUDGET_S,
     ) -> None:
@@ -113,6 +114,7 @@ class EpisodeRunner:
         self._scripted = scripted
         self._harness_config = harness
         self._verifiers = anyio.CapacityLimiter(max_concurrent_verifiers)
+        self._stop_agent = stop_agent_before_tests
         self._model_call_budget_s = model_call_budget_s
         self._deps = HarnessDeps(
             grader=SnapshotGrader(pool, self._verifiers), rsrt_wall_clock_s=rsrt_wall_clock_s
@@ -168,7 +170,7 @@ class EpisodeRunner:
             if verification is None and killed is None:
                 try:
                     async with self._verifiers:  # the verifier's timeout counts its own run only
-                        verification = await verify(sandbox, spec.task)
+                        verification = await verify(sandbox, spec.task, stop_agent=self._stop_agent)
                 except SandboxError:
                     # A container the agent left to die mid-clean-up (a delayed `kill -9 -1`)
                     if (killed := await _stopped_by_agent(sandbox)) is None:
@@ -189,7 +191,7 @@ class EpisodeRunner:
             verifier_logs=dict(verification.logs),
             trajectory=outcome.trajectory,
             usage=outcome.usage,
-            error=outcome.error,
+            error=outcome.error or (f"graded 0: {verification.tampered}" if verification.tampered else None),
             started_at=started,
             finished_at=finished,
             turns=outcome.turns,

@@ -172,6 +172,7 @@ async def episode_runtime(
             harness=config.harness,
             scripted=scripted,
             max_concurrent_verifiers=config.sandbox.max_concurrent_verifiers,
+            stop_agent_before_tests=config.sandbox.stop_agent_before_tests,
             rsrt_wall_clock_s=config.rsr.rsrt_wall_clock_min * 60.0,
             model_call_budget_s=config.harness.model_call_budget_s,
         )

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..schema import ImageFiles, Task
     from .pool import SandboxStats
 
-__all__ = ["ExecResult", "Sandbox", "SandboxProvider", "ShellSession"]
+__all__ = ["ExecResult", "HiddenReport", "HiddenRun", "Sandbox", "SandboxProvider", "ShellSession"]
 
 
 class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,6 +28,54 @@ class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
     output: str
     """stdout and stderr, merged, decoded with replacement of invalid UTF-8."""
     timed_out: bool = False
+
+
+class HiddenRun(msgspec.Struct, frozen=True, kw_only=True):
+    """Hidden tests to run in a sandbox out of the agent's reach (:meth:`Sandbox.run_hidden`).
+
+    ``tests_dir`` and ``logs_dir`` are fresh, private to the run: the sandbox's own
+    processes, which stay alive, see neither the files put there nor what the run writes.
+    """
+
+    files: tuple[tuple[str, str], ...]
+    """(local file or directory, its path under ``tests_dir``; "" for the directory itself)."""
+    command: str
+    """Run as ``bash -c command`` with the sandbox's shell, environment and capabilities."""
+    executable: str | None = None
+    """A path under ``tests_dir`` made executable (Harbor's ``chmod +x`` of test.sh)."""
+    time_limit: float
+    """Seconds before SIGTERM to the command's process group (SIGKILL 5 s later)."""
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    """Set over the sandbox's own environment."""
+    workdir: str | None = None
+    user: str | None = None
+    """A name or uid (``NAME[:GROUP]``) from the sandbox's ``/etc/passwd``; None: root."""
+    tests_dir: str = "/tests"
+    logs_dir: str = "/logs/verifier"
+    max_files: int = 32
+    """Files of ``logs_dir`` sent back (in name order, to depth 3); the rest are named."""
+    keep_bytes: int = 64_000
+    """Each file past this keeps its first and last halves (the reward files: 1 MiB)."""
+
+
+class HiddenReport(msgspec.Struct, frozen=True, kw_only=True):
+    """How a :class:`HiddenRun` went."""
+
+    exit_code: int | None
+    """The command's exit status (128 + N for signal N); None after its time limit."""
+    signal: int | None = None
+    timed_out: bool = False
+    output: str = ""
+    """What the command printed (stdout and stderr), head-cut past 2 MiB."""
+    files: dict[str, str] = msgspec.field(default_factory=dict)
+    """``logs_dir``'s files as the run left them: relative path → text (cut to
+    ``keep_bytes`` with a marker saying how many bytes were omitted)."""
+    files_not_sent: tuple[str, ...] = ()
+    tampered: tuple[str, ...] = ()
+    """What the sandbox's processes did to the run (its directories moved or replaced
+    while the tests ran); anything here voids the run's results."""
+    notes: tuple[str, ...] = ()
+    """Best-effort steps that failed (e.g. joining one of the sandbox's cgroups)."""
 
 
 class ShellSession(Protocol):
@@ -98,6 +146,12 @@ class Sandbox(Protocol):
 
     async def shell(self) -> ShellSession:
         """The episode's persistent shell; a new one if the last one exited."""
+        ...
+
+    async def run_hidden(self, run: HiddenRun) -> HiddenReport:
+        """Run hidden tests in this sandbox, its processes left running, with nothing
+        the agent could have changed or can reach (see :class:`HiddenRun`). Raises
+        :class:`~rsr_async.errors.SandboxError` when the run cannot be set up or is cut off."""
         ...
 
 

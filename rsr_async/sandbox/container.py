@@ -20,11 +20,13 @@ import anyio
 import msgspec
 
 from ..errors import ContainerError, DockerUnavailableError, SandboxError, ShellClosedError
-from .base import ExecResult
+from .base import ExecResult, HiddenReport, HiddenRun
 from .shell import DockerShell, connection_asserts
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
+
+    from .hidden import VerifierStation
 
 __all__ = ["ContainerState", "DockerSandbox", "docker_errors", "permanent_status"]
 
@@ -112,8 +114,10 @@ class DockerSandbox:
         memory_mb: int = 0,
         quiet_s: float = 0.05,
         tmpfs: tuple[str, ...] = (),
+        station: VerifierStation | None = None,
     ) -> None:
         self._container = container
+        self._station = station
         self._tmpfs = tmpfs
         self._quiet = quiet_s
         self._memory_mb = memory_mb
@@ -319,6 +323,26 @@ class DockerSandbox:
         raise ContainerError(
             f"{self.name}: container stopped ({state.status}, exit code {state.exit_code})"
         )
+
+    async def run_hidden(self, run: HiddenRun) -> HiddenReport:
+        """Run hidden tests here through this host's verifier station
+        (:mod:`rsr_async.sandbox.hidden`): the container's processes stay alive, and none
+        of them can reach the tests or what they write."""
+        if self._station is None:
+            raise SandboxError(f"{self.name}: this sandbox has no verifier station to run hidden tests")
+        with docker_errors(f"{self.name}: inspect", url=self._url), anyio.fail_after(
+            self._api_timeout
+        ):
+            info = await self._container.show()
+        pid = int((info.get("State") or {}).get("Pid") or 0)
+        if pid <= 1:
+            await self._check_alive()
+            raise ContainerError(f"{self.name}: Docker reports no process for the container")
+        try:
+            return await self._station.run(pid, run, name=self.name)
+        except SandboxError:
+            await self._check_alive()  # a container that died meanwhile says so
+            raise
 
     async def upload(self, local: Path, remote: str) -> None:
         """Copy a local file or directory to ``remote`` (a directory is copied whole)."""

@@ -43,6 +43,7 @@ from ..schema import ImageFiles, Task
 from .compose import MAIN_SERVICE, ComposeService, ComposeSpec
 from .compose_wait import wait_for_service
 from .container import DockerSandbox, docker_errors, permanent_status
+from .hidden import STATION_EPISODE, VerifierStation
 from .host_images import HostImages
 from .hosts import DockerHost
 from .images import ImageListings
@@ -174,6 +175,8 @@ class SandboxPool:
         self._leases: dict[str, tuple[str, Any]] = {}
         """Host URL → (lease container id, its attached stdin stream), see LABEL_LEASE."""
         self._listings = ImageListings()
+        self._stations: dict[str, VerifierStation] = {}
+        """Host URL → its verifier station (hidden tests run through it), made on first use."""
         self._started = 0
         self._removed = 0
         self._start_failures = 0
@@ -242,6 +245,9 @@ class SandboxPool:
                         tg.start_soon(self._discard, host, container_id)
                 for network_id, host in list(self._networks.items()):
                     await self._discard_network(host, network_id)
+                for station in self._stations.values():
+                    await station.aclose()
+                self._stations.clear()
                 await self._sweep_own()
             finally:
                 for host in self._hosts:
@@ -270,7 +276,26 @@ class SandboxPool:
             memory_mb=task.memory_mb or self.config.default_memory_mb,
             quiet_s=self.config.shell_quiet_s,
             tmpfs=self._tmpfs.get(str(container.id), ()),
+            station=self._station(host),
         )
+
+    def _station(self, host: DockerHost) -> VerifierStation:
+        """``host``'s verifier station (its container starts on the first hidden run)."""
+        station = self._stations.get(host.url)
+        if station is None:
+            labels = {
+                LABEL_RUN: self.run_id,
+                LABEL_EPISODE: STATION_EPISODE,
+                LABEL_TASK: "-",
+                LABEL_OWNER: self._owner,
+                LABEL_POOL: self._pool_id,
+            }
+            if self.run_dir is not None:
+                labels[LABEL_RUN_DIR] = str(self.run_dir.resolve())
+            station = VerifierStation(host.docker, url=host.url, labels=labels,
+                                      api_timeout_s=self.config.api_timeout_s)
+            self._stations[host.url] = station
+        return station
 
     async def _sweep_own(self) -> None:
         """Last resort at exit: anything Docker still lists as this pool's goes."""
@@ -403,7 +428,9 @@ class SandboxPool:
             return
         try:
             await host.probe_storage(min(self.config.api_timeout_s, 15.0))
-            # A daemon that restarted stopped our old containers and our old lease.
+            # A daemon that restarted stopped our old containers, our old lease and our
+            # verifier station (the sweep below removes it; a new one starts on demand).
+            self._stations.pop(host.url, None)
             old = self._leases.pop(host.url, None)
             await self._take_lease(host)
             if old is not None:
@@ -962,7 +989,8 @@ class SandboxPool:
         )
 
     async def containers(self) -> list[str]:
-        """Ids of this run's containers that Docker knows about (for checks and tests)."""
+        """Ids of this run's sandboxes (and their compose services) that Docker knows
+        about, for checks and tests: not its lease or verifier station containers."""
         ids: list[str] = []
         for host in self._hosts:
             with docker_errors(f"list containers on {host.url}", url=host.url), anyio.fail_after(
@@ -972,6 +1000,7 @@ class SandboxPool:
                     all=True, filters={"label": [f"{LABEL_RUN}={self.run_id}"]}
                 )
             ids.extend(c.id for c in found
-                       if (c._container.get("Labels") or {}).get(LABEL_LEASE) != LEASE_HOLDER)
+                       if (c._container.get("Labels") or {}).get(LABEL_LEASE) != LEASE_HOLDER
+                       and (c._container.get("Labels") or {}).get(LABEL_EPISODE) != STATION_EPISODE)
         return ids
 

@@ -376,6 +376,7 @@ def _load_harbor(path: Path) -> Task:
         workdir=environment.string("workdir"),
         env=environment.str_map("env"),
         verifier_env=verifier.str_map("env"),
+        verifier_user=verifier.string("user"),
         tests_dir=str(tests_dir),
         test_script="test.sh",
         solution_path=str(solution) if solution.is_file() else None,

@@ -1,33 +1,48 @@
-"""Grade a finished episode the way the reference harnesses do.
+"""Grade a finished episode the way the reference harnesses do, out of the agent's reach.
 
-Harbor: upload ``tests/`` to ``/tests``, run ``/tests/test.sh`` under the verifier
-timeout, then read ``/logs/verifier/reward.json`` (a flat map name → number) or else
-``/logs/verifier/reward.txt`` (one number). Legacy terminal-bench: upload ``tests/`` and
-``run-tests.sh`` to ``/tests``, run it, and read its output with the task's
-``parser_name`` (:mod:`~rsr_async.tasks.parsers`; resolved = every test passed).
+Harbor (its default, shared verifier mode): the agent's processes stay alive — a task may
+test the server the agent left running — while ``tests/`` is put in ``/tests``,
+``/tests/test.sh`` runs as ``bash -c "(/tests/test.sh) > /logs/verifier/test-stdout.txt
+2>&1"`` (made executable first) under the verifier timeout, and the reward is read from
+``/logs/verifier/reward.json`` (a flat map name → number) or else
+``/logs/verifier/reward.txt`` (one number). Legacy terminal-bench: ``tests/`` and
+``run-tests.sh`` go to ``/tests``, ``bash /tests/run-tests.sh`` runs with ``TEST_DIR``,
+and its output is read with the task's ``parser_name`` (:mod:`~rsr_async.tasks.parsers`;
+resolved = every test passed).
 
-Before the tests run, every process the agent left in the sandbox is killed and
-``/logs/verifier`` is emptied: only the tests write the reward (a background loop that
-keeps writing ``1`` to ``reward.txt`` does not turn a failure into a pass).
+**Out of the agent's reach.** All of it goes through :meth:`Sandbox.run_hidden
+<rsr_async.sandbox.base.Sandbox.run_hidden>` (for Docker, the verifier station of
+:mod:`rsr_async.sandbox.hidden`): ``/tests`` and ``/logs/verifier`` are fresh tmpfs
+mounts that only the test run sees, nothing the engine runs there resolves through the
+agent's ``PATH``, shell functions, aliases, ``LD_PRELOAD`` or binaries it could have
+replaced, and the reward is read through the descriptor taken when ``/logs/verifier``
+was mounted. A shadowed ``cat`` or ``rm``, a planted ``reward.txt``, a background loop
+writing one (under ``nohup``, ``setsid`` or a double fork) change nothing. A sandbox
+whose processes moved or replaced those directories while the tests ran is graded 0,
+with the reason (:attr:`Verification.tampered`). What shared mode cannot defend: the
+tests run with the task's own tools (``bash``, ``python3``, ``/etc/ld.so.preload``),
+which the agent, root in that system, may have replaced; the README says so.
+
+``stop_agent=True`` (``sandbox.stop_agent_before_tests``) brings back the old,
+stricter-but-Harbor-incompatible step: every process the agent left is killed before the
+tests (a task testing a server the agent started then fails).
 
 What Harbor keeps of a verification is kept too (:attr:`Verification.logs`): the files
-the tests wrote under ``/logs/verifier`` (``ctrf.json``, ``test.log``, the reward) and
-the script's output as ``test-stdout.txt``, each capped, read before the directory is
-removed.
+the tests wrote under ``/logs/verifier`` (``ctrf.json``, ``test.log``, the reward,
+``test-stdout.txt``), each capped.
 
-A missing, empty or unparseable reward is a :class:`VerificationError` (an
-:class:`~rsr_async.errors.VerifierError`, i.e. infrastructure, never a zero). The tests
-and reward files are removed again afterwards, so an agent that keeps acting in the same
-container (RSRT's hidden-verifier loop) never sees them.
+**Who is at fault.** A reward that is missing, empty or unparseable, and a legacy parser
+that finds no test result, are the *task's* fault (its test script, not the model and not
+the machine): a :class:`VerificationError` marked permanent, stored once, never retried,
+never graded. Tests that run past their time limit, or that were killed by a signal
+(the machine's doing, e.g. out of memory), are a retried :class:`VerificationError`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import sys
 import time
-import uuid
 from pathlib import Path
 
 import anyio
@@ -35,7 +50,7 @@ import msgspec
 import orjson
 
 from ..errors import SandboxError, TaskError, VerifierError
-from ..sandbox.base import Sandbox
+from ..sandbox.base import HiddenReport, HiddenRun, Sandbox
 from ..schema import Task
 from .parsers import grade_test_output
 
@@ -45,7 +60,7 @@ __all__ = [
     "Verification",
     "VerificationError",
     "cap_logs",
-    "clear_for_tests",
+    "hidden_run",
     "main_reward",
     "parse_pytest_summary",
     "parse_reward_json",
@@ -68,12 +83,12 @@ MAX_LOG_FILES = 32
 STDOUT_LOG = "test-stdout.txt"
 """The name Harbor gives the test script's output among the verifier's logs."""
 _CONTROL_TIME_S = 120.0
-"""Limit for the small bookkeeping commands (clean-up, reading the reward); generous
-because a heavily loaded Docker host can take tens of seconds for an ``rm``."""
+"""Limit for the opt-in stop of the agent's processes; generous because a heavily loaded
+Docker host can take tens of seconds for an exec."""
 _SLACK_S = 30.0
 """Extra wall clock over the in-container limit before we give up on the exec itself."""
-_CLEAR_TRIES = 3
-"""Fresh execs tried for the clean-up before the agent's processes are killed."""
+_STOP_TRIES = 3
+"""Fresh execs tried for the opt-in stop before giving up."""
 
 
 class Verification(msgspec.Struct, kw_only=True):
@@ -93,6 +108,9 @@ class Verification(msgspec.Struct, kw_only=True):
     to :data:`MAX_LOG_FILE_CHARS` and all to :data:`MAX_LOGS_CHARS`, with markers."""
     exit_code: int | None = None
     duration_s: float = 0.0
+    tampered: str | None = None
+    """Why the run was void and graded 0: the sandbox's processes moved or replaced the
+    tests' directories while the tests ran (None: they did not)."""
 
     @property
     def passed(self) -> bool:
@@ -183,6 +201,23 @@ def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters omitted ...]\n{text[-half:]}"
 
 
+def cap_logs(files: dict[str, str]) -> dict[str, str]:
+    """Apply :data:`MAX_LOG_FILE_CHARS` to each file and :data:`MAX_LOGS_CHARS` to all
+    (in order): a file past the total keeps only a marker saying so (and once not even
+    markers fit, the remaining files are left out)."""
+    out: dict[str, str] = {}
+    total = 0
+    for name, text in files.items():
+        kept = _truncate(text, MAX_LOG_FILE_CHARS - 100)  # room for the marker
+        if total + len(kept) > MAX_LOGS_CHARS:
+            kept = f"[... {len(text)} characters not kept: verifier logs past {MAX_LOGS_CHARS} characters ...]"
+            if total + len(kept) > MAX_LOGS_CHARS:
+                break
+        out[name] = kept
+        total += len(kept)
+    return out
+
+
 # -- running -------------------------------------------------------------------------
 
 
@@ -195,13 +230,13 @@ async def _control(sandbox: Sandbox, command: str) -> str:
     return result.output
 
 
-# Runs in a fresh exec (Docker cannot kill an exec, and nothing the agent started may
-# outlive its turn): freeze every process except the container's own (pid 1 and, under
-# Docker's init, the command it started: pid 1's oldest child, since nothing the agent
-# starts can be older) and this script's own exec, round after round until no new one
-# appears (a loop forks between reading /proc and the signal), then SIGKILL them all and
-# wait until they are gone. Bash builtins only while reading /proc, so the script forks
-# nothing that it would then have to tell apart from the agent's processes.
+# Runs in a fresh exec (Docker cannot kill an exec): freeze every process except the
+# container's own (pid 1 and, under Docker's init, the command it started: pid 1's oldest
+# child, since nothing the agent starts can be older) and this script's own exec, round
+# after round until no new one appears (a loop forks between reading /proc and the
+# signal), then SIGKILL them all and wait until they are gone. Bash builtins only while
+# reading /proc, so the script forks nothing it would then have to tell apart from the
+# agent's processes. Opt-in only (``stop_agent``): it breaks tasks that test a service.
 _STOP_SCRIPT = r"""
 keep=" 1 "
 p=$$
@@ -254,243 +289,152 @@ if [ -n "$found" ]; then
   echo "still running after SIGKILL: $found"
   exit 3
 fi
+echo "stopped $count"
 """
-_STOP_REPORT = 'echo "stopped $count"\n'
 
 
 _STOPPED = re.compile(r"^stopped (\d+)$", re.MULTILINE)
 
 
-def _stopped_count(sandbox: Sandbox, output: str) -> int:
-    # stdout and stderr arrive merged in no fixed order: find the report, not the last line
-    found = _STOPPED.findall(output)
+async def stop_agent_processes(sandbox: Sandbox) -> int:
+    """Kill every process in ``sandbox`` except the container's own; return how many.
+
+    Opt-in (``sandbox.stop_agent_before_tests``): Harbor leaves the agent's processes
+    running through the tests, and so does :func:`verify` by default, since tasks test
+    the services an agent started. It is not what keeps the reward honest (the private
+    tmpfs of :meth:`~rsr_async.sandbox.base.Sandbox.run_hidden` is). Each try is a fresh
+    exec: a sandbox full of the agent's processes (a fork bomb at the pids limit) can
+    refuse one. Raises :class:`~rsr_async.errors.SandboxError` when one survives SIGKILL.
+    """
+    for attempt in range(1, _STOP_TRIES + 1):
+        try:
+            output = await _control(sandbox, _STOP_SCRIPT)
+            break
+        except SandboxError:
+            if attempt == _STOP_TRIES:
+                raise
+            await anyio.sleep(0.5 * attempt)
+    found = _STOPPED.findall(output)  # stdout and stderr arrive merged, in no fixed order
     if not found:
         raise SandboxError(f"sandbox {sandbox.id}: stopping the agent's processes said {output[-500:]!r}")
     return int(found[-1])
 
 
-async def stop_agent_processes(sandbox: Sandbox) -> int:
-    """Kill every process in ``sandbox`` except the container's own; return how many.
-
-    :func:`verify` does this (in the same exec that empties ``/logs/verifier``) before
-    the hidden tests run: a process the agent left behind (a background loop writing
-    ``/logs/verifier/reward.txt``, under ``nohup``, ``setsid`` or a double fork) must not
-    turn a failure into a success. The agent's shell, and any server it started, die too.
-    Raises :class:`~rsr_async.errors.SandboxError` when one survives SIGKILL.
-    """
-    return _stopped_count(sandbox, await _control(sandbox, _STOP_SCRIPT + _STOP_REPORT))
-
-
-async def clear_for_tests(sandbox: Sandbox) -> int:
-    """:func:`stop_agent_processes`, then empty ``/tests`` and ``/logs/verifier``, in one
-    exec (the step :func:`verify` takes first); returns how many processes were killed.
-
-    Nothing the agent started may outlive its turn, and a reward it planted (or one left
-    by an earlier verification) must not count. The kill comes first: a live loop would
-    write into the freshly emptied directory.
-    """
-    clear = f"rm -rf {TESTS_DIR} {REWARD_DIR} && mkdir -p {REWARD_DIR} || exit 4\n"
-    # Each try is a fresh exec with its own time limit, whatever became of the agent's
-    # shell. A sandbox full of the agent's processes (a fork bomb at the pids limit) can
-    # refuse one exec; a later one gets a pid as the bomb's processes come and go.
-    script = _STOP_SCRIPT + clear + _STOP_REPORT
-    for attempt in range(1, _CLEAR_TRIES):
-        try:
-            return _stopped_count(sandbox, await _control(sandbox, script))
-        except SandboxError:
-            await anyio.sleep(0.5 * attempt)
-    return _stopped_count(sandbox, await _control(sandbox, script))
-
-
-async def _upload_tests(sandbox: Sandbox, task: Task) -> str:
-    """Put the hidden tests in place; returns the command that runs them."""
-    tests = Path(task.tests_dir)
-    await sandbox.upload(tests, TESTS_DIR)
+def hidden_run(task: Task, *, time_limit: float) -> HiddenRun:
+    """What :func:`verify` asks the sandbox to run for ``task`` (Harbor's command, or
+    terminal-bench's), with the verifier's environment, user and working directory."""
+    env = dict(task.verifier_env)
+    files: list[tuple[str, str]] = [(str(task.tests_dir), "")]
     if task.format == "terminal-bench":
-        script = Path(task.path) / task.test_script
-        await sandbox.upload(script, f"{TESTS_DIR}/{task.test_script}")
-    return f"bash {TESTS_DIR}/{task.test_script}"
-
-
-async def _read_reward(sandbox: Sandbox) -> tuple[str, str]:
-    """(kind, text) where kind is ``json``, ``txt`` or ``none``."""
-    marker = uuid.uuid4().hex
-    out = await _control(
-        sandbox,
-        f"if [ -f {REWARD_DIR}/reward.json ]; then echo json{marker}; cat {REWARD_DIR}/reward.json; "
-        f"elif [ -f {REWARD_DIR}/reward.txt ]; then echo txt{marker}; cat {REWARD_DIR}/reward.txt; "
-        f"else echo none{marker}; fi",
+        env.setdefault("TEST_DIR", TESTS_DIR)
+        files.append((str(Path(task.path) / task.test_script), task.test_script))
+        command = f"bash {TESTS_DIR}/{task.test_script}"
+        executable = None
+    else:
+        script = f"{TESTS_DIR}/{task.test_script}"
+        command = f"({script}) > {REWARD_DIR}/{STDOUT_LOG} 2>&1"
+        executable = task.test_script
+    return HiddenRun(
+        files=tuple(files),
+        command=command,
+        executable=executable,
+        time_limit=time_limit,
+        env=env,
+        workdir=task.workdir,
+        user=task.verifier_user,
+        tests_dir=TESTS_DIR,
+        logs_dir=REWARD_DIR,
+        max_files=MAX_LOG_FILES,
+        keep_bytes=MAX_LOG_FILE_CHARS - 200,
     )
-    head, _, body = out.partition(marker)
-    return head.strip().rsplit("\n", 1)[-1], body.removeprefix("\r\n").removeprefix("\n")
 
 
-_LOG_LIST = r"""
-cd {dir} 2>/dev/null || exit 0
-n=0
-while IFS= read -r -d '' f; do
-  n=$((n + 1))
-  if [ $n -gt {files} ]; then echo "{marker}more ${{f#./}}"; continue; fi
-  size=$(stat -c %s "$f" 2>/dev/null || echo 0)
-  echo "{marker}file $size ${{f#./}}"
-  head -c {head} "$f" 2>/dev/null
-  if [ "$size" -gt {keep} ]; then echo "{marker}cut"; tail -c {head} "$f" 2>/dev/null; fi
-  echo
-  echo "{marker}end"
-done < <(find . -maxdepth 3 -type f -print0 2>/dev/null | sort -z)
-"""
-
-
-def cap_logs(files: dict[str, str]) -> dict[str, str]:
-    """Apply :data:`MAX_LOG_FILE_CHARS` to each file and :data:`MAX_LOGS_CHARS` to all
-    (in order): a file past the total keeps only a marker saying so (and once not even
-    markers fit, the remaining files are left out)."""
-    out: dict[str, str] = {}
-    total = 0
-    for name, text in files.items():
-        kept = _truncate(text, MAX_LOG_FILE_CHARS - 100)  # room for the marker
-        if total + len(kept) > MAX_LOGS_CHARS:
-            kept = f"[... {len(text)} characters not kept: verifier logs past {MAX_LOGS_CHARS} characters ...]"
-            if total + len(kept) > MAX_LOGS_CHARS:
-                break
-        out[name] = kept
-        total += len(kept)
-    return out
-
-
-async def _read_logs(sandbox: Sandbox, stdout: str) -> dict[str, str]:
-    """The verifier's logs (see :attr:`Verification.logs`); best effort: a sandbox that
-    cannot be read leaves a note instead (the error that matters is raised elsewhere)."""
-    marker = f"@@{uuid.uuid4().hex}@@"
-    half = MAX_LOG_FILE_CHARS // 2 - 100  # room for the marker: the result is never cut again
-    files: dict[str, str] = {}
-    sizes: dict[str, int] = {}
-    more: list[str] = []
-    try:
-        out = await _control(
-            sandbox,
-            _LOG_LIST.format(dir=REWARD_DIR, files=MAX_LOG_FILES, marker=marker, head=half, keep=2 * half),
-        )
-    except (SandboxError, TimeoutError) as exc:
-        files["(unreadable)"] = f"the verifier's logs could not be read: {exc}"
-        out = ""
-    name = ""
-    # Blocks: "file SIZE NAME\n" + the head (+ "\n" when whole); "cut\n" + the tail + "\n";
-    # "end\n"; "more NAME\n" for files past MAX_LOG_FILES.
-    for block in out.split(marker)[1:]:
-        header, _, body = block.partition("\n")
-        kind, _, rest = header.partition(" ")
-        if kind == "more":
-            more.append(rest)
-        elif kind == "file":
-            size_text, _, name = rest.partition(" ")
-            sizes[name] = int(size_text) if size_text.isdigit() else 0
-            files[name] = body if sizes[name] > 2 * half else body.removesuffix("\n")
-        elif kind == "cut" and name in files:
-            omitted = sizes[name] - 2 * half
-            files[name] += f"\n[... {omitted} bytes omitted ...]\n" + body.removesuffix("\n")
-    if more:
-        files["(not kept)"] = f"{len(more)} more files: " + ", ".join(more[:50])
+def _logs_of(report: HiddenReport) -> dict[str, str]:
+    files = dict(report.files)
+    if report.files_not_sent:
+        files["(not kept)"] = f"{len(report.files_not_sent)} more files: " + ", ".join(
+            report.files_not_sent[:50])
     if STDOUT_LOG not in files:
-        files = {STDOUT_LOG: stdout, **files}
+        files = {STDOUT_LOG: report.output, **files}
     return cap_logs(files)
 
 
-async def verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = None) -> Verification:
+def _reward_of(report: HiddenReport) -> tuple[str, str]:
+    """(kind, text) where kind is ``json``, ``txt`` or ``none``; reward.json wins."""
+    if "reward.json" in report.files:
+        return "json", report.files["reward.json"]
+    if "reward.txt" in report.files:
+        return "txt", report.files["reward.txt"]
+    return "none", ""
+
+
+async def verify(
+    sandbox: Sandbox, task: Task, *, time_limit: float | None = None, stop_agent: bool = False
+) -> Verification:
     """Run the task's hidden tests in ``sandbox`` (after the agent is done) and read the reward.
 
-    First every process the agent left running is killed (:func:`stop_agent_processes`:
-    its shell and any server it started go too) and ``/logs/verifier`` is emptied, so
-    nothing but the tests writes the reward.
+    The agent's processes keep running, as in Harbor (``stop_agent=True`` kills them
+    first: opt-in, see :func:`stop_agent_processes`); the tests and what they write are
+    out of their reach (see the module doc).
 
-    Raises :class:`VerificationError` when the tests time out or leave no usable reward,
-    :class:`~rsr_async.errors.SandboxError` when the sandbox itself fails, and
-    :class:`~rsr_async.errors.TaskError` when the task has no tests.
+    Raises :class:`VerificationError` when the tests leave no usable reward (permanent:
+    the task's fault) or time out (retried), :class:`~rsr_async.errors.SandboxError` when
+    the sandbox itself fails, and :class:`~rsr_async.errors.TaskError` when the task has
+    no tests.
     """
     if not task.tests_dir or not await anyio.Path(task.tests_dir).is_dir():
         raise TaskError("task has no tests directory", task=task.name, path=task.tests_dir or task.path)
     limit = task.verifier_timeout_s if time_limit is None else time_limit
     started = time.monotonic()
-    try:
-        await clear_for_tests(sandbox)
-        command = await _upload_tests(sandbox, task)
-        env = dict(task.verifier_env)
-        if task.format == "terminal-bench":
-            env.setdefault("TEST_DIR", TESTS_DIR)
-        try:
-            with anyio.fail_after(limit + _SLACK_S):
-                result = await sandbox.run(command, time_limit=limit, env=env, workdir=task.workdir)
-        except TimeoutError:
-            raise VerificationError(
-                f"verifier did not finish within {limit:g}s (and the exec did not return)", task=task.name
-            ) from None
-        output = _truncate(result.output)
-        logs = await _read_logs(sandbox, result.output)  # before _cleanup removes them
-        if result.timed_out:
-            raise VerificationError(
-                f"verifier timed out after {limit:g}s",
-                task=task.name,
-                output=output,
-                exit_code=result.exit_code,
-                logs=logs,
-            )
-        if task.format == "terminal-bench":
-            try:
-                rewards = grade_test_output(task.test_parser, result.output)
-            except ValueError as exc:
-                raise VerificationError(
-                    f"{task.test_script} exited {result.exit_code}: {exc}",
-                    task=task.name,
-                    output=output,
-                    exit_code=result.exit_code,
-                    logs=logs,
-                ) from exc
-        else:
-            kind, text = await _read_reward(sandbox)
-            try:
-                if kind == "json":
-                    rewards = parse_reward_json(text)
-                elif kind == "txt":
-                    rewards = {"reward": parse_reward_txt(text)}
-                else:
-                    raise ValueError(f"no {REWARD_DIR}/reward.json or reward.txt was written")
-            except ValueError as exc:
-                raise VerificationError(
-                    f"test.sh exited {result.exit_code}: {exc}",
-                    task=task.name,
-                    output=output,
-                    exit_code=result.exit_code,
-                    logs=logs,
-                ) from exc
+    if stop_agent:
+        await stop_agent_processes(sandbox)
+    report = await sandbox.run_hidden(hidden_run(task, time_limit=limit))
+    logs = _logs_of(report)
+    stdout = report.files.get(STDOUT_LOG, "") if task.format != "terminal-bench" else ""
+    output = _truncate(stdout + report.output)
+    if report.tampered:
         return Verification(
-            reward=main_reward(rewards),
-            rewards=rewards,
-            output=output,
-            logs=logs,
-            exit_code=result.exit_code,
-            duration_s=time.monotonic() - started,
+            reward=0.0, rewards={"reward": 0.0}, output=output, logs=logs,
+            exit_code=report.exit_code, duration_s=time.monotonic() - started,
+            tampered="; ".join(report.tampered),
         )
-    finally:
-        await _cleanup(sandbox)
+    if report.timed_out:
+        raise VerificationError(f"verifier timed out after {limit:g}s", task=task.name,
+                                output=output, exit_code=report.exit_code, logs=logs)
+    script = task.test_script
+    try:
+        if task.format == "terminal-bench":
+            rewards = grade_test_output(task.test_parser, report.output)
+        else:
+            kind, text = _reward_of(report)
+            if kind == "json":
+                rewards = parse_reward_json(text)
+            elif kind == "txt":
+                rewards = {"reward": parse_reward_txt(text)}
+            else:
+                raise ValueError(f"no {REWARD_DIR}/reward.json or reward.txt was written")
+    except ValueError as exc:
+        error = VerificationError(f"{script} exited {report.exit_code}: {exc}", task=task.name,
+                                  output=output, exit_code=report.exit_code, logs=logs)
+        if report.signal is not None:  # killed from outside (out of memory): the machine's
+            raise error from exc
+        raise error.as_permanent() from exc  # the task's test script wrote no usable result
+    return Verification(
+        reward=main_reward(rewards),
+        rewards=rewards,
+        output=output,
+        logs=logs,
+        exit_code=report.exit_code,
+        duration_s=time.monotonic() - started,
+    )
 
 
-async def _cleanup(sandbox: Sandbox) -> None:
-    """Remove the tests and reward files, even when the verification was cancelled."""
-    failing = sys.exc_info()[1] is not None
-    with anyio.CancelScope(shield=True):
-        try:
-            await _control(sandbox, f"rm -rf {TESTS_DIR} {REWARD_DIR}")
-        except (SandboxError, TimeoutError):
-            # A broken sandbox is reported by the error already propagating; the container
-            # is discarded with it, tests and all.
-            if not failing:
-                raise
-
-
-async def try_verify(sandbox: Sandbox, task: Task, *, time_limit: float | None = None) -> Verification:
+async def try_verify(
+    sandbox: Sandbox, task: Task, *, time_limit: float | None = None, stop_agent: bool = False
+) -> Verification:
     """Like :func:`verify`, but a verifier error becomes ``Verification(reward=None, error=...)``."""
     try:
-        return await verify(sandbox, task, time_limit=time_limit)
+        return await verify(sandbox, task, time_limit=time_limit, stop_agent=stop_agent)
     except VerificationError as exc:
         return Verification(
             reward=None, output=exc.output, logs=exc.logs, error=str(exc), exit_code=exc.exit_code

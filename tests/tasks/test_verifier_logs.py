@@ -103,9 +103,9 @@ class _RefusesFirstExec:
 
 
 @pytest.mark.docker
-async def test_the_clean_up_tries_a_fresh_exec_when_one_is_refused(pool: SandboxPool, tmp_path: Path) -> None:
+async def test_the_opt_in_stop_tries_a_fresh_exec_when_one_is_refused(pool: SandboxPool, tmp_path: Path) -> None:
     task = harbor_task(tmp_path, "echo 1 > /logs/verifier/reward.txt\n")
     async with pool.sandbox(task, key="clean-up-retry") as sandbox:
         flaky = _RefusesFirstExec(sandbox)
-        verdict = await verify(flaky, task)  # type: ignore[arg-type]
+        verdict = await verify(flaky, task, stop_agent=True)  # type: ignore[arg-type]
     assert flaky.refused == 1 and verdict.reward == 1.0

@@ -523,7 +523,7 @@ def _bad_tasks(root: Path, good: list[Path]) -> dict[str, str]:
         "#!/bin/bash\nmkdir -p /logs/verifier\necho banana > /logs/verifier/reward.txt\n")
     return {"bad-toml": "refused", "no-instruction": "refused", "huge-instruction": "refused",
             "binary-instruction": "refused", "symlink-out": "refused", "dockerfile-fails": "permanent",
-            "no-reward": "infra", "garbage-reward": "infra"}
+            "no-reward": "permanent", "garbage-reward": "permanent"}
 
 
 def malformed_tasks(suite: Suite) -> Fault:

@@ -27,6 +27,7 @@ __all__ = [
     "AnyResult",
     "AuditResult",
     "AuditSpec",
+    "CollectHook",
     "Command",
     "CritiqueResult",
     "CritiqueSpec",
@@ -94,6 +95,14 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
+class CollectHook(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``[[verifier.collect]]`` entry of a Harbor 0.26 task (the main service only)."""
+
+    command: str
+    timeout_s: float = 60.0
+    user: str | None = None
+
+
 class Task(msgspec.Struct, frozen=True, kw_only=True):
     """One task, normalised from a Harbor or legacy terminal-bench directory."""
 
@@ -125,6 +134,16 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     verifier_env: dict[str, str] = msgspec.field(default_factory=dict)
     verifier_user: str | None = None
     """``[verifier].user`` (Harbor 0.26): who the tests run as (None: root)."""
+    verifier_mode: Literal["shared", "separate"] = "shared"
+    """``[verifier].environment_mode`` (Harbor 0.26): ``shared`` grades in the agent's
+    sandbox, its processes alive; ``separate`` in a fresh sandbox of the task's
+    environment holding only the ``artifacts`` the agent's left behind."""
+    verifier_collect: tuple[CollectHook, ...] = ()
+    """``[[verifier.collect]]``: commands run in the agent's sandbox after its turn, before
+    the artifacts are collected (best effort, as in Harbor)."""
+    artifacts: tuple[str, ...] = ()
+    """Task-level ``artifacts``: paths in the agent's sandbox copied into a separate
+    verifier's (``/logs/artifacts`` always is)."""
     tests_dir: str = ""
     test_script: str = "test.sh"
     solution_path: str | None = None

@@ -245,8 +245,10 @@ class FakeShellSandbox:
         time_limit: float,
         env: dict[str, str] | None = None,
         workdir: str | None = None,
+        user: str | None = None,
     ) -> ExecResult:
-        """Run each line of ``command`` through the interpreter (``time_limit`` unused)."""
+        """Run each line of ``command`` through the interpreter (``time_limit`` and
+        ``user`` unused: the fake has one user)."""
         await checkpoint()
         probe = FakeShell(files=self.current.files, outputs=self.current.outputs)
         output = "".join(probe.execute(line) for line in command.split("\n"))

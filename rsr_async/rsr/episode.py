@@ -39,7 +39,7 @@ from ..sandbox.base import Sandbox, SandboxProvider
 from ..sandbox.container import DockerSandbox
 from ..schema import EndReason, EpisodeResult, EpisodeSpec, ImageFiles, Task, Trajectory
 from ..tasks import verify
-from ..tasks.verifier import Verification
+from ..tasks.verifier import Verification, grade
 
 __all__ = ["EpisodeRunner", "SnapshotGrader"]
 
@@ -55,6 +55,9 @@ class SnapshotGrader:
         self._limiter = limiter
 
     async def __call__(self, sandbox: Sandbox, task: Task, *, key: str) -> Verification:
+        if task.verifier_mode == "separate":  # a fresh sandbox with the artifacts: no copy needed
+            async with self._limiter:
+                return await grade(sandbox, task, pool=self._pool, key=key)
         if not isinstance(sandbox, DockerSandbox) or not isinstance(self._pool, SandboxPool):
             raise HarnessError(f"{key}: hidden tests need a Docker sandbox to copy")
         async with self._limiter, self._pool.snapshot(sandbox, task, key=key) as copy:
@@ -170,7 +173,8 @@ class EpisodeRunner:
             if verification is None and killed is None:
                 try:
                     async with self._verifiers:  # the verifier's timeout counts its own run only
-                        verification = await verify(sandbox, spec.task, stop_agent=self._stop_agent)
+                        verification = await grade(sandbox, spec.task, pool=self._pool, key=str(spec.key),
+                                                   stop_agent=self._stop_agent)
                 except SandboxError:
                     # A container the agent left to die mid-clean-up (a delayed `kill -9 -1`)
                     if (killed := await _stopped_by_agent(sandbox)) is None:

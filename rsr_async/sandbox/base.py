@@ -132,8 +132,11 @@ class Sandbox(Protocol):
         time_limit: float,
         env: dict[str, str] | None = None,
         workdir: str | None = None,
+        user: str | None = None,
     ) -> ExecResult:
-        """Run ``bash -c command`` to completion; ``time_limit`` (seconds) is enforced inside the container, since Docker cannot kill an exec."""
+        """Run ``bash -c command`` to completion (as ``user``, default the container's);
+        ``time_limit`` (seconds) is enforced inside the container, since Docker cannot
+        kill an exec."""
         ...
 
     async def upload(self, local: Path, remote: str) -> None:

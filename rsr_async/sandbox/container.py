@@ -151,8 +151,10 @@ class DockerSandbox:
         time_limit: float,
         env: dict[str, str] | None = None,
         workdir: str | None = None,
+        user: str | None = None,
     ) -> ExecResult:
-        """Run ``bash -c command`` to completion, merged output, exit code.
+        """Run ``bash -c command`` to completion, merged output, exit code (as ``user``:
+        a name or uid[:gid] of the container; None: its default user).
 
         ``time_limit`` is enforced inside the container with coreutils ``timeout`` (Docker
         cannot kill an exec); exit 124/137 after the limit is reported as ``timed_out``.
@@ -167,6 +169,7 @@ class DockerSandbox:
             env={**self._env, **(env or {})},
             workdir=workdir or self._workdir,
             deadline_s=limit + _KILL_GRACE_S + 10,
+            user=user,
         )
         elapsed = time.monotonic() - started
         if exit_code is None:
@@ -185,23 +188,25 @@ class DockerSandbox:
         return ExecResult(exit_code=exit_code, output=output, timed_out=timed_out)
 
     async def _exec(
-        self, argv: list[str], *, env: dict[str, str], workdir: str | None, deadline_s: float
+        self, argv: list[str], *, env: dict[str, str], workdir: str | None, deadline_s: float,
+        user: str | None = None,
     ) -> tuple[int | None, str]:
         """One exec to its end: (exit code or None when cut off, merged output)."""
         try:
-            return await self._exec_once(argv, env=env, workdir=workdir, deadline_s=deadline_s)
+            return await self._exec_once(argv, env=env, workdir=workdir, deadline_s=deadline_s, user=user)
         except ContainerError:
             await self._check_alive()  # say "OOM-killed" rather than "409 not running"
             raise
 
     async def _exec_once(
-        self, argv: list[str], *, env: dict[str, str], workdir: str | None, deadline_s: float
+        self, argv: list[str], *, env: dict[str, str], workdir: str | None, deadline_s: float,
+        user: str | None = None,
     ) -> tuple[int | None, str]:
         with docker_errors(f"{self.name}: exec", url=self._url), anyio.fail_after(
             self._api_timeout
         ):
             execution = await self._container.exec(
-                argv, stdin=False, tty=False, environment=env, workdir=workdir
+                argv, stdin=False, tty=False, environment=env, workdir=workdir, user=user or ""
             )
         head = bytearray()
         tail = bytearray()

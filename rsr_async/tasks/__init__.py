@@ -4,7 +4,8 @@
 load_task(path) -> Task                 one directory (task.toml or task.yaml)
 load_dataset(sources) -> Dataset        directories (recursive), list files, several
 BUNDLED_SUITE                           the suite shipped in rsr_async/tasks/bundled
-verify(sandbox, task) -> Verification   hidden tests after the agent is done
+verify(sandbox, task) -> Verification   hidden tests after the agent is done, out of its reach
+grade(sandbox, task, pool=, key=)       verify by the task's verifier mode (shared | separate)
 run_oracle(sandbox, task) -> ExecResult the reference solution in place of a model
 validate(tasks, pool, concurrency=)     oracle passes, untouched environment fails
 ```
@@ -18,10 +19,12 @@ from .oracle import SandboxProvider, ValidationRow, run_oracle, validate, valida
 from .verifier import (
     Verification,
     VerificationError,
+    grade,
     main_reward,
     parse_pytest_summary,
     parse_reward_json,
     parse_reward_txt,
+    try_grade,
     try_verify,
     verify,
 )
@@ -35,6 +38,7 @@ __all__ = [
     "VerificationError",
     "detect_format",
     "find_task_dirs",
+    "grade",
     "is_task_dir",
     "load_dataset",
     "load_task",
@@ -43,6 +47,7 @@ __all__ = [
     "parse_reward_json",
     "parse_reward_txt",
     "run_oracle",
+    "try_grade",
     "try_verify",
     "validate",
     "validate_task",

@@ -48,7 +48,7 @@ import yaml
 
 from ..errors import TaskError
 from ..sandbox.compose import task_compose
-from ..schema import Task
+from ..schema import CollectHook, Task
 from .parsers import PARSERS
 
 __all__ = [
@@ -307,6 +307,62 @@ def _refuse_steps(data: Mapping[str, Any], name: str, config_file: Path) -> None
 
 
 
+def _separate_verifier(
+    data: Mapping[str, Any], verifier: _Fields, name: str, config_file: Path
+) -> dict[str, Any]:
+    """Harbor 0.26's ``[verifier].environment_mode``, ``[[verifier.collect]]`` and the
+    task-level ``artifacts``, as :class:`~rsr_async.schema.Task` fields. What has no
+    meaning here yet is refused by key, never ignored."""
+
+    def refuse(key: str, why: str) -> TaskError:
+        return TaskError(f"{key}: {why}", task=name, path=str(config_file))
+
+    mode = verifier.string("environment_mode")
+    if mode not in (None, "shared", "separate"):
+        raise verifier._bad("environment_mode", '"shared" or "separate"', mode)
+    if verifier.table.get("environment") is not None:
+        if mode == "shared":
+            raise refuse("[verifier].environment_mode", "'shared' is incompatible with [verifier.environment] "
+                         "(Harbor's rule): omit the environment or set environment_mode = 'separate'")
+        raise refuse("[verifier.environment]", "a verifier environment of its own is not supported yet; "
+                     "environment_mode = 'separate' without it grades in a fresh copy of the task's environment")
+    hooks: list[CollectHook] = []
+    raw_hooks = verifier.table.get("collect") or []
+    if not isinstance(raw_hooks, list):
+        raise verifier._bad("collect", "an array of tables ([[verifier.collect]])", raw_hooks)
+    for index, raw in enumerate(raw_hooks):
+        hook = _Fields(raw, f"verifier.collect[{index}]", name, config_file)
+        service = hook.string("service") or "main"
+        if service != "main":
+            raise refuse(f"[[verifier.collect]] #{index + 1} service", f"{service!r}: hooks in compose "
+                         "sidecars are not supported yet (only service 'main')")
+        command = hook.string("command")
+        if not command:
+            raise hook._bad("command", "a non-empty command", command)
+        hooks.append(CollectHook(command=command, timeout_s=hook.number("timeout_sec", 60.0) or 60.0,
+                                 user=hook.string("user")))
+    artifacts: list[str] = []
+    raw_artifacts = data.get("artifacts") or []
+    if not isinstance(raw_artifacts, list):
+        raise refuse("artifacts", f"expected a list of paths or tables, got {raw_artifacts!r}")
+    for index, raw in enumerate(raw_artifacts):
+        if isinstance(raw, str):
+            source = raw
+        elif isinstance(raw, Mapping):
+            entry = _Fields(raw, f"artifacts[{index}]", name, config_file)
+            source = entry.string("source") or ""
+            if (entry.string("service") or "main") != "main":
+                raise refuse(f"artifacts[{index}].service", "artifacts of compose sidecars are not supported yet")
+            if entry.table.get("exclude"):
+                raise refuse(f"artifacts[{index}].exclude", "excluding parts of an artifact is not supported yet")
+        else:
+            raise refuse(f"artifacts[{index}]", f"expected a path or a table with source, got {raw!r}")
+        if not source.startswith("/") or ".." in source.split("/"):
+            raise refuse(f"artifacts[{index}]", f"{source!r} is not an absolute path without '..'")
+        artifacts.append(source)
+    return {"verifier_mode": mode or "shared", "verifier_collect": tuple(hooks), "artifacts": tuple(artifacts)}
+
+
 def _load_harbor(path: Path) -> Task:
     dir_name = path.name
     config_file = path / HARBOR_MARKER
@@ -377,6 +433,7 @@ def _load_harbor(path: Path) -> Task:
         env=environment.str_map("env"),
         verifier_env=verifier.str_map("env"),
         verifier_user=verifier.string("user"),
+        **_separate_verifier(data, verifier, name, config_file),
         tests_dir=str(tests_dir),
         test_script="test.sh",
         solution_path=str(solution) if solution.is_file() else None,

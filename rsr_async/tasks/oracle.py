@@ -22,7 +22,7 @@ import msgspec
 from ..errors import InfraError, SandboxError, TaskError
 from ..sandbox.base import ExecResult, Sandbox
 from ..schema import Task
-from .verifier import Verification, try_verify
+from .verifier import Verification, try_grade
 
 __all__ = ["SandboxProvider", "ValidationRow", "run_oracle", "validate", "validate_task"]
 
@@ -138,7 +138,8 @@ async def _in_sandbox(
 
 async def _oracle_check(pool: SandboxProvider, task: Task, row: ValidationRow) -> None:
     async def work(sandbox: Sandbox) -> tuple[ExecResult, Verification]:
-        return await run_oracle(sandbox, task), await try_verify(sandbox, task)
+        key = f"validate/{task.name}/oracle"
+        return await run_oracle(sandbox, task), await try_grade(sandbox, task, pool=pool, key=key)
 
     try:
         result, verdict = await _in_sandbox(pool, task, f"validate/{task.name}/oracle", work)
@@ -157,7 +158,7 @@ async def _oracle_check(pool: SandboxProvider, task: Task, row: ValidationRow) -
 
 async def _nop_check(pool: SandboxProvider, task: Task, row: ValidationRow) -> None:
     async def work(sandbox: Sandbox) -> Verification:
-        return await try_verify(sandbox, task)
+        return await try_grade(sandbox, task, pool=pool, key=f"validate/{task.name}/nop")
 
     try:
         verdict = await _in_sandbox(pool, task, f"validate/{task.name}/nop", work)

@@ -40,10 +40,14 @@ never graded. Tests that run past their time limit, or that were killed by a sig
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import tempfile
 import time
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import msgspec
@@ -54,18 +58,22 @@ from ..sandbox.base import HiddenReport, HiddenRun, Sandbox
 from ..schema import Task
 from .parsers import grade_test_output
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "REWARD_DIR",
     "TESTS_DIR",
     "Verification",
     "VerificationError",
     "cap_logs",
+    "grade",
     "hidden_run",
     "main_reward",
     "parse_pytest_summary",
     "parse_reward_json",
     "parse_reward_txt",
     "stop_agent_processes",
+    "try_grade",
     "try_verify",
     "verify",
 ]
@@ -435,6 +443,81 @@ async def try_verify(
     """Like :func:`verify`, but a verifier error becomes ``Verification(reward=None, error=...)``."""
     try:
         return await verify(sandbox, task, time_limit=time_limit, stop_agent=stop_agent)
+    except VerificationError as exc:
+        return Verification(
+            reward=None, output=exc.output, logs=exc.logs, error=str(exc), exit_code=exc.exit_code
+        )
+
+
+# -- the two verifier modes ---------------------------------------------------------------
+
+class SandboxSource(Protocol):
+    """Where a separate verifier gets its fresh sandbox (any pool fits)."""
+
+    def sandbox(self, task: Task, *, key: str) -> AbstractAsyncContextManager[Sandbox]: ...
+
+
+ARTIFACTS_DIR = "/logs/artifacts"
+"""Harbor's convention directory: always copied into a separate verifier's sandbox."""
+
+
+async def _collect(sandbox: Sandbox, task: Task) -> None:
+    """Run the task's collect hooks in the agent's sandbox, best effort, as Harbor does (a
+    failing hook is logged; the verification goes on)."""
+    for hook in task.verifier_collect:
+        try:
+            result = await sandbox.run(hook.command, time_limit=hook.timeout_s, user=hook.user,
+                                       env=dict(task.env), workdir=task.workdir)
+        except SandboxError as exc:
+            log.warning("task %s: collect hook %r failed: %s", task.name, hook.command, exc)
+            continue
+        if result.exit_code != 0:
+            log.warning("task %s: collect hook %r exited %s: %s", task.name, hook.command,
+                        result.exit_code, result.output[-300:])
+
+
+async def grade(
+    sandbox: Sandbox,
+    task: Task,
+    *,
+    pool: SandboxSource,
+    key: str,
+    stop_agent: bool = False,
+    time_limit: float | None = None,
+) -> Verification:
+    """Grade what the agent left in ``sandbox`` by the task's verifier mode.
+
+    ``shared`` (the default): :func:`verify` in ``sandbox`` itself. ``separate`` (Harbor
+    0.26's ``environment_mode``): the collect hooks run in ``sandbox``, the task's
+    ``artifacts`` and ``/logs/artifacts`` are copied out through Docker's archive API
+    (never the sandbox's own tools), and :func:`verify` runs in a fresh sandbox of the
+    task's environment (from ``pool``, keyed ``<key>/verifier``) holding only those:
+    nothing the agent installed or replaced there can answer for the tests.
+    """
+    if task.verifier_mode != "separate":
+        return await verify(sandbox, task, time_limit=time_limit, stop_agent=stop_agent)
+    await _collect(sandbox, task)
+    with tempfile.TemporaryDirectory(prefix="rsr-artifacts-") as scratch:
+        copied: list[tuple[Path, str]] = []
+        for index, source in enumerate(dict.fromkeys((*task.artifacts, ARTIFACTS_DIR))):
+            local = Path(scratch) / str(index) / (Path(source).name or "root")
+            try:
+                await sandbox.download(source, local)
+            except FileNotFoundError:
+                continue  # Harbor skips an artifact that is not there
+            copied.append((local, source))
+        async with pool.sandbox(task, key=f"{key}/verifier") as fresh:
+            for local, source in copied:
+                await fresh.upload(local, source)
+            return await verify(fresh, task, time_limit=time_limit)
+
+
+async def try_grade(
+    sandbox: Sandbox, task: Task, *, pool: SandboxSource, key: str, time_limit: float | None = None
+) -> Verification:
+    """Like :func:`grade`, but a verifier error becomes ``Verification(reward=None, error=...)``."""
+    try:
+        return await grade(sandbox, task, pool=pool, key=key, time_limit=time_limit)
     except VerificationError as exc:
         return Verification(
             reward=None, output=exc.output, logs=exc.logs, error=str(exc), exit_code=exc.exit_code

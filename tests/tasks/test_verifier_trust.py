@@ -19,7 +19,12 @@ from rsr_async.config import SandboxConfig
 from rsr_async.sandbox import SandboxPool
 from rsr_async.sandbox.base import Sandbox
 from rsr_async.schema import Task
-from rsr_async.tasks.verifier import parse_reward_json, parse_reward_txt, stop_agent_processes, verify
+from rsr_async.tasks.verifier import (
+    parse_reward_json,
+    parse_reward_txt,
+    stop_agent_processes,
+    verify,
+)
 
 BASE = SandboxConfig().base_image
 pytestmark = pytest.mark.docker
@@ -83,22 +88,23 @@ async def alive(sandbox: Sandbox, pattern: str) -> int:
     return int(found.output.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("attack", sorted(WRITERS))
-async def test_background_writers_of_the_reward_lose(pool: SandboxPool, tmp_path: Path, attack: str) -> None:
+async def test_background_writers_of_the_reward_lose(pool: SandboxPool, tmp_path: Path) -> None:
     task = task_with(tmp_path, FAILING_TEST)
-    async with pool.sandbox(task, key=f"writer-{attack}") as sandbox:
-        await agent_types(sandbox, WRITERS[attack])
-        # the writer is live (synchronised on what it writes, not on a sleep)
-        await sandbox.run(f"until grep -qx 1 {REWARD}; do sleep 0.01; done", time_limit=20)
-        assert await naive_verify(sandbox, task, until_reward="1") == 1.0  # the attack wins there
-        result = await verify(sandbox, task)
-        assert result.reward == 0.0 and not result.passed, (attack, result.output)
-        assert "before: []" in result.output  # the tests saw a fresh, empty /logs/verifier
-        assert result.tampered is None
-        # Harbor's shared mode: what the agent started is still running after the tests
-        still = await sandbox.run(f"rm -f {REWARD}; until grep -qx 1 {REWARD}; do sleep 0.01; done; echo live",
-                                  time_limit=20)
-        assert still.output.strip().endswith("live"), still.output
+    async with pool.sandbox(task, key="writers") as sandbox:
+        for attack, keys in WRITERS.items():
+            await agent_types(sandbox, keys)
+            # the writer is live (synchronised on what it writes, not on a sleep)
+            await sandbox.run(f"until grep -qx 1 {REWARD}; do sleep 0.01; done", time_limit=20)
+            assert await naive_verify(sandbox, task, until_reward="1") == 1.0, attack  # it wins there
+            result = await verify(sandbox, task)
+            assert result.reward == 0.0 and not result.passed, (attack, result.output)
+            assert "before: []" in result.output, attack  # the tests saw a fresh, empty /logs/verifier
+            assert result.tampered is None, attack
+            # Harbor's shared mode: what the agent started is still running after the tests
+            still = await sandbox.run(f"rm -f {REWARD}; until grep -qx 1 {REWARD}; do sleep 0.01; done; "
+                                      "echo live", time_limit=20)
+            assert still.output.strip().endswith("live"), (attack, still.output)
+            await stop_agent_processes(sandbox)  # the next attack starts from a quiet sandbox
 
 
 async def test_a_background_writer_of_the_tests_loses(pool: SandboxPool, tmp_path: Path) -> None:

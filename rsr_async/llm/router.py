@@ -185,6 +185,7 @@ class ModelRouter:
             for u in self._urls
         ]
         names: list[str] = []
+        refused: list[LLMRequestError] = []
 
         async def model_name(server: _Server) -> None:
             if server.healthy and not self.config.model:
@@ -200,10 +201,16 @@ class ModelRouter:
                         server.healthy = await server.client.health(
                             timeout_s=self.config.connect_timeout_s)
                         if server.healthy:
-                            await self._check_kind(server.client)
+                            try:
+                                await self._check_kind(server.client)
+                            except LLMRequestError as exc:
+                                refused.append(exc)  # raised below, alone, not in a group
+                                return
                         await model_name(server)
 
                     tg.start_soon(probe)
+            if refused:
+                raise refused[0]
             await self._learn_context_length()
         except BaseException:
             await self._http.aclose()

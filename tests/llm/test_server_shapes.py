@@ -288,3 +288,49 @@ def test_serve_switches_are_switches(flag: str) -> None:
     # Proves the switches serve passes take no value in SGLang (a flag turned into an
     # option would swallow the next argument).
     assert SGLANG["server_args"]["flags"][flag]["takes_value"] is False
+
+
+def _bench_gpu() -> Any:
+    import importlib.util
+
+    bench = Path(__file__).parents[2] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("rsr_bench_gpu", bench / "gpu.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(bench))
+    return module
+
+
+@pytest.mark.parametrize(("servers", "gpus", "router"), [(1, 1, False), (2, 1, True), (4, 4, True)])
+def test_bench_gpu_starts_servers_with_sglangs_flags(servers: int, gpus: int, router: bool) -> None:
+    # Proves `bench gpu` (not runnable here: no GPU) launches SGLang with flags SGLang
+    # 0.5.23 declares, so its first run on a GPU host does not die on a renamed flag.
+    gpu = _bench_gpu()
+    spec = gpu.server_spec("/tmp/model", servers=servers, gpus=gpus, router=router,
+                           python=sys.executable)
+    *argvs, last = build_commands(spec)
+    if not router:
+        argvs.append(last)
+    for argv in argvs:
+        _check_argv(argv[3:], SGLANG["server_args"]["flags"], lambda f: bool(f["takes_value"]))
+        assert argv[argv.index("--load-format") + 1] == "dummy"  # random weights, no download
+
+
+def test_bench_gpu_refuses_without_a_gpu() -> None:
+    # Proves the refusal: one line saying why, exit 2, nothing started.
+    import subprocess
+
+    gpu = _bench_gpu()
+    if gpu.gpu_names():
+        pytest.skip("this machine has a GPU: the refusal does not apply")
+    done = subprocess.run([sys.executable, "-m", "rsr_async", "bench", "gpu"],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parents[2])
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "bench gpu: no GPU here (`nvidia-smi -L` lists none): it starts real SGLang servers "
+        "and needs an NVIDIA GPU; nothing was run"]

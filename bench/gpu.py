@@ -8,9 +8,9 @@ nothing. Nothing is downloaded:
 
 1. **Model.** A small Qwen2-architecture model is written to a temporary directory: a
    ``config.json`` (2 layers, hidden 256) that SGLang fills with random weights
-   (``--load-format dummy``), and a byte-level BPE tokenizer trained here (``tokenizers``,
-   which SGLang's ``transformers`` brings) on this checkout's own text, with ChatML
-   special tokens and chat template. Its replies are noise; only the plumbing is measured.
+   (``--load-format dummy``), and a byte-level BPE tokenizer trained here (by
+   ``tokenizers`` in SGLang's Python, which its ``transformers`` brings) on this
+   checkout's own text, with ChatML special tokens and chat template. Its replies are noise; only the plumbing is measured.
 2. **Servers.** ``serve``'s own :func:`~rsr_async.llm.serve.serve_fleet` starts
    ``--servers`` ``sglang.launch_server`` processes (and sglang-router with ``--router``),
    flags checked against SGLang's recorded ``ServerArgs`` by the test suite
@@ -75,7 +75,7 @@ def gpu_names() -> list[str]:
 
 def sglang_version(python: str) -> str | None:
     """``sglang.__version__`` as ``python`` imports it, or None when it cannot."""
-    probe = "import sglang; print(sglang.__version__)"
+    probe = "import sglang, tokenizers; print(sglang.__version__)"
     try:
         out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired):
@@ -102,19 +102,44 @@ def _corpus(limit_bytes: int = 4_000_000) -> list[str]:
     return texts
 
 
-def make_model(directory: Path, *, vocab_size: int = 8192, context_length: int = 8192) -> Path:
-    """Write a small Qwen2 config and a tokenizer trained here into ``directory``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+_BUILD_TOKENIZER = """
+import json, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+corpus, out, vocab_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+special = json.loads(sys.argv[4])
+tokenizer = Tokenizer(models.BPE())
+tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tokenizer.decoder = decoders.ByteLevel()
+trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
+                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+with open(corpus, encoding="utf-8") as f:
+    tokenizer.train_from_iterator(f.read().split("\\f"), trainer=trainer)
+tokenizer.save(out)
+print(json.dumps({"size": tokenizer.get_vocab_size(),
+                  "ids": {t: tokenizer.token_to_id(t) for t in special}}))
+"""
+"""Trains the tokenizer in the Python that runs SGLang (its ``transformers`` brings
+``tokenizers``), so this package does not depend on it."""
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+
+def make_model(directory: Path, python: str, *, vocab_size: int = 8192,
+               context_length: int = 8192) -> Path:
+    """Write a small Qwen2 config and a tokenizer trained here into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(directory / "tokenizer.json"))
-    ids = {token: tokenizer.token_to_id(token) for token in SPECIAL}
+    corpus = directory / "corpus.txt"
+    corpus.write_text("\f".join(_corpus()), encoding="utf-8")
+    try:
+        done = subprocess.run(
+            [python, "-c", _BUILD_TOKENIZER, str(corpus), str(directory / "tokenizer.json"),
+             str(vocab_size), json.dumps(list(SPECIAL))],
+            capture_output=True, text=True, timeout=600)
+    finally:
+        corpus.unlink()
+    if done.returncode != 0:
+        raise SystemExit(f"bench gpu: training the tokenizer with {python} failed:\n"
+                         f"{done.stderr[-2000:]}")
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    ids = built["ids"]
     (directory / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": context_length,
         "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,
@@ -123,7 +148,7 @@ def make_model(directory: Path, *, vocab_size: int = 8192, context_length: int =
     }, indent=1))
     (directory / "special_tokens_map.json").write_text(json.dumps({
         "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}))
-    padded_vocab = -(-tokenizer.get_vocab_size() // 64) * 64
+    padded_vocab = -(-built["size"] // 64) * 64
     (directory / "config.json").write_text(json.dumps({
         "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
         "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2,
@@ -221,7 +246,7 @@ async def client_phase(url: str, worker_urls: list[str], *, concurrency: int, se
     async def drive(call: Any) -> tuple[int, float, float, list[float]]:
         done = 0
         latencies: list[float] = []
-        stop = time.monotonic() + seconds
+        stop = 0.0
         counter = iter(range(10**9))
 
         async def worker() -> None:
@@ -232,7 +257,12 @@ async def client_phase(url: str, worker_urls: list[str], *, concurrency: int, se
                 latencies.append(time.perf_counter() - started)
                 done += 1
 
+        # Warm the connection pool first, so connects are not counted.
+        stop = time.monotonic() + min(2.0, seconds / 4)
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        done, latencies = 0, []
         cpu, wall = time.process_time(), time.monotonic()
+        stop = wall + seconds
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return done, time.monotonic() - wall, time.process_time() - cpu, latencies
 
@@ -252,7 +282,9 @@ async def client_phase(url: str, worker_urls: list[str], *, concurrency: int, se
         async def raw(i: int) -> None:
             body = {"text": render_chatml(_prompt(i)),
                     "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0}}
-            async with session.post(url + "/generate", json=body) as response:
+            # One write of the whole body (json= would send headers and body apart).
+            async with session.post(url + "/generate", data=json.dumps(body).encode(),
+                                    headers={"content-type": "application/json"}) as response:
                 await response.read()
 
         before = await token_counters(worker_urls)
@@ -358,20 +390,14 @@ def main(argv: list[str]) -> int:
         return 2
     version = sglang_version(args.sglang_python)
     if version is None:
-        print(f"bench gpu: {args.sglang_python} cannot import sglang: pip install "
-              "'rsr_async[sglang]' there, or pass --sglang-python; nothing was run",
+        print(f"bench gpu: {args.sglang_python} cannot import sglang and tokenizers: pip "
+              "install 'rsr_async[sglang]' there, or pass --sglang-python; nothing was run",
               file=sys.stderr)
-        return 2
-    try:
-        import tokenizers  # noqa: F401  (SGLang's transformers brings it)
-    except ImportError:
-        print(f"bench gpu: {sys.executable} cannot import tokenizers, which builds the model's "
-              "tokenizer here: pip install tokenizers; nothing was run", file=sys.stderr)
         return 2
     tmp = None if args.model_dir else tempfile.mkdtemp(prefix="rsr-bench-gpu-model-")
     model_dir = Path(args.model_dir or tmp or "")
     try:
-        make_model(model_dir)
+        make_model(model_dir, args.sglang_python)
         report = asyncio.run(_run(args, model_dir, len(gpus)))
     finally:
         if tmp is not None:

@@ -538,8 +538,8 @@ class SimServer:
         }
 
     async def _openai_request(
-        self, request: web.Request, messages: list[ChatMessage], tokens: list[int],
-        body: dict[str, Any], fault: str | None,
+        self, messages: list[ChatMessage], tokens: list[int], body: dict[str, Any],
+        fault: str | None,
     ) -> tuple[str, str, list[int], int, str, float] | web.Response:
         """Run one OpenAI request: (rid, text, ids, cached, finish, created) or a refusal."""
         if (refusal := self._too_long(len(tokens))) is not None:
@@ -566,7 +566,7 @@ class SimServer:
             for m in body.get("messages") or []
         ]
         tokens = self.tokenizer.encode(render_chatml(messages))
-        ran = await self._openai_request(request, messages, tokens, body, fault)
+        ran = await self._openai_request(messages, tokens, body, fault)
         if isinstance(ran, web.Response):
             return ran
         rid, reply, out_ids, cached, finish, created = ran
@@ -629,7 +629,7 @@ class SimServer:
         tokens = self.tokenizer.encode(text)
         if body.get("max_tokens") is None:
             body = {**body, "max_tokens": 16}  # the OpenAI default, which SGLang keeps
-        ran = await self._openai_request(request, messages, tokens, body, fault)
+        ran = await self._openai_request(messages, tokens, body, fault)
         if isinstance(ran, web.Response):
             return ran
         rid, reply, out_ids, cached, finish, created = ran

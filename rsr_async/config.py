@@ -328,6 +328,9 @@ class SimConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Fault injection: share of connections dropped before replying."""
     seed: int = 0
     """Seed for fault injection and the scripted model."""
+    enable_cache_report: bool = True
+    """As SGLang's ``--enable-cache-report`` (which ``serve`` always passes): OpenAI
+    replies carry ``usage.prompt_tokens_details.cached_tokens``; off, that field is null."""
 
 
 class ClusterConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -54,7 +54,10 @@ from .base import ChatMessage, Completion
 from .prompt import ChatTemplate
 from .transport import AiohttpTransport, ReplyTooLarge
 
-__all__ = ["AbortStats", "GenerateResult", "SGLangClient", "make_http_client", "with_retries"]
+__all__ = [
+    "MIN_SGLANG_VERSION", "SIMULATOR_VERSION", "AbortStats", "GenerateResult", "SGLangClient",
+    "ServerIdentity", "make_http_client", "with_retries",
+]
 
 T = TypeVar("T")
 FinishReason = Literal["stop", "length", "abort"]
@@ -71,6 +74,34 @@ _DECODE_IN_THREAD_BYTES = 256 * 1024
 """Replies longer than this are decoded on a worker thread: msgspec decodes ~1 GB/s of
 JSON, so below it a decode costs well under a millisecond on the loop; above it the
 thread hop (~50 µs) is the cheaper side."""
+
+
+SIMULATOR_VERSION = "rsr_async-sim"
+"""``version`` in the simulator's ``/server_info``: how a client tells it (which always
+answers with the scripted stand-in, whatever model name it reports) from a real server."""
+
+MIN_SGLANG_VERSION = (0, 5, 0)
+"""The oldest SGLang this client is meant for (the ``[sglang]`` extra's ``sglang>=0.5``);
+the shapes it parses are recorded from 0.5.23 (``tests/llm/fixtures/sglang_shapes.json``)."""
+
+ServerKind = Literal["sglang", "sglang-router", "simulator", "openai-compatible", "unknown"]
+
+
+class ServerIdentity(msgspec.Struct, frozen=True, kw_only=True):
+    """What answers at a URL (:meth:`SGLangClient.identify`)."""
+
+    kind: ServerKind
+    version: str = ""
+    """SGLang's ``version`` from ``/server_info``; empty when it reports none."""
+    owned_by: str = ""
+    """``owned_by`` of the first ``/v1/models`` card (``vllm``, ``sglang`` ...)."""
+
+
+def _version_tuple(version: str) -> tuple[int, ...] | None:
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if match is None:
+        return None
+    return tuple(int(part or 0) for part in match.groups())
 
 
 class GenerateResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -281,6 +312,10 @@ class SGLangClient:
             raise LLMServerError(f"{url}: HTTP {status}: {text}", status=status)
         if _CONTEXT_ERROR.search(text):
             raise ContextLengthError(f"{url}: the prompt does not fit: {text}", status=status)
+        if status in _NO_ROUTE and url.endswith("/generate"):
+            raise LLMRequestError(
+                f"{url}: HTTP {status}: no /generate here, so not an SGLang server; for an "
+                'OpenAI-compatible server (vLLM ...) set llm.api = "openai"', status=status)
         raise LLMRequestError(f"{url}: HTTP {status} (not retried): {text}", status=status)
 
     async def _abort_quietly(self, rid: str) -> None:
@@ -569,29 +604,105 @@ class SGLangClient:
             return False
         return True
 
+    async def _get_first(self, paths: Sequence[str], timeout_s: float) -> Any:
+        """JSON of the first of ``paths`` that exists (404/405 means: try the next)."""
+        last: LLMError | None = None
+        for path in paths:
+            try:
+                return _decode(await self._get(path, timeout_s))
+            except LLMRequestError as exc:
+                if exc.status not in _NO_ROUTE:
+                    raise
+                last = exc
+            except msgspec.DecodeError as exc:
+                raise LLMServerError(f"{self.url}{path}: reply is not JSON") from exc
+        assert last is not None
+        raise last
+
     async def model_info(self, *, timeout_s: float = 10.0) -> dict[str, Any]:
-        """``/get_model_info`` (``model_path``, and ``context_length`` on newer servers)."""
-        data = _decode(await self._get("/get_model_info", timeout_s))
+        """``/model_info`` (SGLang 0.5.23; ``/get_model_info`` before, and on routers):
+        ``model_path``, ``served_model_name`` ... but no context length."""
+        data = await self._get_first(("/model_info", "/get_model_info"), timeout_s)
         return data if isinstance(data, dict) else {}
 
     async def server_info(self, *, timeout_s: float = 10.0) -> dict[str, Any]:
-        """``/get_server_info`` (server arguments, including ``context_length``)."""
-        data = _decode(await self._get("/get_server_info", timeout_s))
+        """``/server_info`` (``/get_server_info`` before 0.5.23, and on sglang-router):
+        the server arguments (``context_length`` is null unless it was passed), the
+        scheduler's ``max_total_num_tokens`` (the KV pool, not a window) and
+        ``max_req_input_len``, and ``version``."""
+        data = await self._get_first(("/server_info", "/get_server_info"), timeout_s)
         return data if isinstance(data, dict) else {}
+
+    async def models(self, *, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """The model cards of ``/v1/models`` (SGLang and vLLM: ``max_model_len`` each)."""
+        data = await self._get_first(("/v1/models",), timeout_s)
+        cards = data.get("data") if isinstance(data, dict) else None
+        return [c for c in cards if isinstance(c, dict)] if isinstance(cards, list) else []
 
     async def context_length(self, *, timeout_s: float = 10.0) -> int | None:
         """The server's context window, if it reports one (a router's workers are not
-        asked here: see :meth:`workers`)."""
-        for getter in (self.model_info, self.server_info):
+        asked here: see :meth:`workers`).
+
+        Where it is, recorded from SGLang 0.5.23: ``/v1/models``' ``max_model_len`` (the
+        model's window, always set); ``/server_info``'s ``context_length`` only when the
+        server was launched with ``--context-length``; ``/model_info`` has none (older
+        servers had it there). ``max_req_input_len`` bounds the prompt, so it is the
+        last resort; ``max_total_num_tokens`` is the KV pool's size, never a window."""
+        try:
+            for card in await self.models(timeout_s=timeout_s):
+                value = card.get("max_model_len")
+                if not card.get("parent") and isinstance(value, int) and value > 0:
+                    return value  # the base model (a LoRA adapter's card has a parent)
+        except LLMError:
+            pass
+        for getter, keys in ((self.model_info, ("context_length",)),
+                             (self.server_info, ("context_length", "max_context_length",
+                                                 "max_req_input_len"))):
             try:
                 info = await getter(timeout_s=timeout_s)
-            except (LLMError, msgspec.DecodeError):
+            except LLMError:
                 continue
-            for key in ("context_length", "max_context_length", "max_total_num_tokens"):
+            for key in keys:
                 value = info.get(key)
                 if isinstance(value, int) and value > 0:
                     return value
         return None
+
+    async def identify(self, *, timeout_s: float = 10.0) -> ServerIdentity:
+        """Which kind of server answers here, by its own replies.
+
+        SGLang answers ``/server_info`` (or ``/get_server_info``) with its ``version``;
+        sglang-router answers ``/get_server_info`` with ``router_manager``; the simulator
+        with :data:`SIMULATOR_VERSION`; an OpenAI-compatible server (vLLM ...) has none of
+        them but lists ``/v1/models``; a URL with none of these routes is ``unknown``.
+        Raises :class:`~rsr_async.errors.LLMRequestError` for an SGLang older than
+        :data:`MIN_SGLANG_VERSION`."""
+        try:
+            info: dict[str, Any] | None = await self.server_info(timeout_s=timeout_s)
+        except LLMRequestError:
+            info = None
+        if info is not None:
+            if "router_manager" in info:
+                return ServerIdentity(kind="sglang-router")
+            version = info.get("version")
+            if version == SIMULATOR_VERSION:
+                return ServerIdentity(kind="simulator", version=version)
+            if isinstance(version, str) and version:
+                parsed = _version_tuple(version)
+                if parsed is not None and parsed < MIN_SGLANG_VERSION:
+                    least = ".".join(map(str, MIN_SGLANG_VERSION))
+                    raise LLMRequestError(
+                        f"{self.url}: SGLang {version} is too old: this client needs SGLang "
+                        f">= {least} (pip install 'sglang>={least}' on the server host)")
+                return ServerIdentity(kind="sglang", version=version)
+            if "model_path" in info:
+                return ServerIdentity(kind="sglang")  # SGLang that reports no version
+        try:
+            cards = await self.models(timeout_s=timeout_s)
+        except LLMRequestError:
+            return ServerIdentity(kind="unknown")  # none of the three routes: say so, not guess
+        owned_by = next((str(c.get("owned_by") or "") for c in cards), "")
+        return ServerIdentity(kind="openai-compatible", owned_by=owned_by)
 
     async def workers(self, *, timeout_s: float = 10.0) -> tuple[str, ...]:
         """The worker URLs behind this URL when it is an sglang-router, else ``()``.

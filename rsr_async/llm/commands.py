@@ -1,7 +1,7 @@
 """``python -m rsr_async sim-server``: run the SGLang-compatible simulator.
 
 It also accepts the ``sglang.launch_server`` flags that ``serve`` passes (``--model-path``,
-``--tp``, ``--enable-metrics`` ...), so ``serve --launcher`` can start simulators in place
+``--tp-size``, ``--enable-metrics`` ...), so ``serve --launcher`` can start simulators in place
 of real servers.
 """
 

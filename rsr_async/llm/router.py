@@ -34,7 +34,14 @@ import httpx
 import msgspec
 
 from ..config import LLMConfig
-from ..errors import LLMConnectionError, LLMError, LLMTimeoutError, NoHealthyServerError
+from ..errors import (
+    LLMConnectionError,
+    LLMError,
+    LLMRequestError,
+    LLMServerError,
+    LLMTimeoutError,
+    NoHealthyServerError,
+)
 from ..schema import Usage
 from .base import ChatMessage, Completion
 from .client import AbortStats, SGLangClient, make_http_client, with_retries
@@ -178,6 +185,7 @@ class ModelRouter:
             for u in self._urls
         ]
         names: list[str] = []
+        refused: list[LLMRequestError] = []
 
         async def model_name(server: _Server) -> None:
             if server.healthy and not self.config.model:
@@ -192,9 +200,17 @@ class ModelRouter:
                     async def probe(server: _Server = server) -> None:
                         server.healthy = await server.client.health(
                             timeout_s=self.config.connect_timeout_s)
+                        if server.healthy:
+                            try:
+                                await self._check_kind(server.client)
+                            except LLMRequestError as exc:
+                                refused.append(exc)  # raised below, alone, not in a group
+                                return
                         await model_name(server)
 
                     tg.start_soon(probe)
+            if refused:
+                raise refused[0]
             await self._learn_context_length()
         except BaseException:
             await self._http.aclose()
@@ -207,6 +223,20 @@ class ModelRouter:
         for server in self._servers:
             self._tg.start_soon(self._health_loop, server)
         return self
+
+    async def _check_kind(self, client: SGLangClient) -> None:
+        """Refuse, at open, a server this configuration cannot drive: an SGLang older
+        than the client supports, or an OpenAI-compatible server (vLLM ...) when
+        ``llm.api`` is the native ``/generate``, which only SGLang has."""
+        try:
+            identity = await client.identify(timeout_s=self.config.connect_timeout_s)
+        except (LLMConnectionError, LLMTimeoutError, LLMServerError):
+            return  # unreachable or failing now: the health checks deal with it
+        if identity.kind == "openai-compatible" and self.config.api == "native":
+            raise LLMRequestError(
+                f"{client.url} is an OpenAI-compatible server (owned_by "
+                f"{identity.owned_by or 'unknown'!r}), not SGLang: it has no /generate. "
+                "Set llm.api = \"openai\" to use its /v1/chat/completions")
 
     async def _server_context_length(self, server: _Server) -> tuple[int | None, str]:
         """(window, what was asked) for one healthy server or router URL."""

@@ -1,7 +1,9 @@
 """``python -m rsr_async serve``: start real SGLang servers on a GPU host.
 
 Builds one ``python -m sglang.launch_server`` command per server (model path, tensor
-parallel size, port, ``--enable-metrics --enable-cache-report``), optionally one
+parallel size, port, ``--enable-metrics --enable-cache-report``; every flag one that
+SGLang 0.5.23's ``ServerArgs`` declares, checked against the recorded list by
+``tests/llm/test_server_shapes.py``), optionally one
 ``sglang_router.launch_router`` in front, starts them, waits until every ``/health``
 answers, prints the URLs to pass as ``llm.urls``, and stops them cleanly (SIGTERM, then
 SIGKILL after a grace period) on Ctrl-C or SIGTERM; if ``serve`` itself is killed, its
@@ -120,7 +122,7 @@ def server_urls(spec: ServeSpec) -> list[str]:
 def build_commands(spec: ServeSpec) -> list[list[str]]:
     """argv of every process to start: the servers, then the router if asked for."""
     commands = [
-        [*spec.launcher, "--model-path", spec.model_path, "--tp", str(spec.tp),
+        [*spec.launcher, "--model-path", spec.model_path, "--tp-size", str(spec.tp),
          "--host", spec.host, "--port", str(spec.base_port + i),
          "--enable-metrics", "--enable-cache-report", *spec.extra_args]
         for i in range(spec.servers)

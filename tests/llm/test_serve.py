@@ -22,7 +22,7 @@ def test_commands_for_servers_and_router() -> None:
     assert servers[0][:3] == [sys.executable, "-m", "sglang.launch_server"]
     for i, argv in enumerate(servers):
         assert argv[argv.index("--model-path") + 1] == "Qwen/Qwen3-8B"
-        assert argv[argv.index("--tp") + 1] == "4"
+        assert argv[argv.index("--tp-size") + 1] == "4"
         assert argv[argv.index("--port") + 1] == str(31000 + i)
         assert "--enable-metrics" in argv and "--enable-cache-report" in argv
         assert argv[-2:] == ["--schedule-policy", "lpm"]

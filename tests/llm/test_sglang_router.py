@@ -7,7 +7,9 @@ What it records about the router, and the code that depends on it:
 - ``/get_server_info`` is the router's own, ``/workers`` lists the workers (context
   length discovery; ``router_standin.py`` mirrors this surface for the other tests);
 - cache_aware with its default balance threshold (64) sends a 32-concurrent run with a
-  shared system prompt to one worker, and ``serve``'s threshold spreads it.
+  shared system prompt to one worker, and ``serve``'s threshold spreads it;
+- the ``smg_*`` metric families it exports are the names recorded from its library
+  (``fixtures/sglang_shapes.json``).
 
 Skipped, saying why, where the router is not installed. ``RSR_SGLANG_ROUTER_PYTHON``
 names a Python that has it (default: this one).
@@ -16,6 +18,7 @@ names a Python that has it (default: this one).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import socket
@@ -39,6 +42,8 @@ from rsr_async.llm.router import ModelRouter
 from rsr_async.llm.serve import ServeSpec, build_commands, router_settings, serve_fleet
 
 ROUTER_PYTHON = os.environ.get("RSR_SGLANG_ROUTER_PYTHON", sys.executable)
+RECORDED_ROUTER = json.loads(
+    (Path(__file__).parent / "fixtures" / "sglang_shapes.json").read_text())["router"]
 
 
 def _router_installed() -> bool:
@@ -160,6 +165,14 @@ async def test_serve_router_spreads_a_32_concurrent_run_over_both_workers(
             router, workers):
         model = await _episodes(router, 32, 64, 4)
         counts = await _requests_served(workers)
+        # The router's metrics (on --prometheus-port, serve's router port + 1 here) are
+        # the names recorded from its library (scripts/record_sglang_shapes.py).
+        async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
+            port = int(router.rsplit(":", 1)[1]) + 1
+            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+        families = set(re.findall(r"^# TYPE (smg_\S+) ", text, re.MULTILINE))
+        assert "smg_router_requests_total" in families, sorted(families)
+        assert families <= set(RECORDED_ROUTER["metrics"]), families - set(RECORDED_ROUTER["metrics"])
         # The window came from the workers (12000), not a default.
         assert model.context_length == 12000
         assert set(model.statistics().servers[0].workers) == set(workers)

@@ -38,6 +38,7 @@ from .writer import (
     split_tasks,
     write_export,
     written_counts,
+    written_keys,
 )
 
 __all__ = [
@@ -60,4 +61,5 @@ __all__ = [
     "write_export",
     "write_harbor_jobs",
     "written_counts",
+    "written_keys",
 ]

@@ -62,6 +62,7 @@ __all__ = [
     "split_tasks",
     "write_export",
     "written_counts",
+    "written_keys",
 ]
 
 MANIFEST_VERSION = 1
@@ -294,9 +295,23 @@ def written_counts(records: Iterable[ExportRecord]) -> dict[str, dict[str, int]]
     """Per record set: rows an export of ``records`` writes (``written``, after dedupe) and
     the byte-identical rows it drops (``duplicates``), counted as :func:`write_export`
     counts them, so every figure of "kept" agrees with the files."""
+    keys = written_keys(records)
+    return {
+        "written": {s: len(k) for s, k in keys["written"].items()},
+        "duplicates": {s: len(k) for s, k in keys["duplicates"].items()},
+    }
+
+
+def written_keys(records: Iterable[ExportRecord]) -> dict[str, dict[str, list[str]]]:
+    """Like :func:`written_counts`, with the keys: ``written`` and ``duplicates``, per set."""
     plan = _Plan(records, validation_share=0.0, seed=0, rejected="weight")
-    written: Counter[str] = Counter(row.record.set for row in plan.written)
-    dups: Counter[str] = Counter(d["set"] for ds in plan.duplicates.values() for d in ds)
+    written: dict[str, list[str]] = defaultdict(list)
+    for row in plan.written:
+        written[row.record.set].append(row.record.key)
+    dups: dict[str, list[str]] = defaultdict(list)
+    for dropped in plan.duplicates.values():
+        for d in dropped:
+            dups[d["set"]].append(d["key"])
     return {"written": dict(written), "duplicates": dict(dups)}
 
 

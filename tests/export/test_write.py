@@ -230,7 +230,7 @@ def test_atif_validates_against_harbors_recorded_schema(
 ) -> None:
     out, _ = export
     schema = json.loads(GOLDEN_SCHEMA.read_text())
-    assert "harbor==0.25.0" in schema["$comment"]
+    assert "harbor==0.26.0" in schema["$comment"]
     validator = jsonschema.Draft202012Validator(schema)
     sft = {r["key"]: r for r in _jsonl(out / "sft.jsonl") + _jsonl(out / "direct_sft.jsonl")}
     for path in sorted((out / "atif").iterdir()):

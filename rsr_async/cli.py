@@ -63,7 +63,9 @@ COMMANDS: dict[str, Subcommand] = {
         ("verify runs/discover-1a2b3c --allow-scripted",)),
     "export": Subcommand(
         "export a run's SFT data, direct-SFT baseline and ATIF", "rsr_async.rsr.stage_commands", 13,
-        ("export runs/discover-1a2b3c --allow-scripted --out sft/",)),
+        ("export runs/discover-1a2b3c --allow-scripted --out sft/",
+         "export runs/discover-1a2b3c --allow-scripted --rejected drop",
+         "export runs/discover-1a2b3c --allow-scripted --format harbor-jobs --out jobs/")),
     "analyze": Subcommand(
         "the paper's tables and figures from a run (or other results)", "rsr_async.analysis.commands", 14,
         ("analyze runs/discover-1a2b3c --subset-key metadata.source",

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Record Harbor's ATIF schema and check our ATIF export with Harbor's own model.
 
-Run on demand (not in CI), with a Python that has Harbor 0.25.0 installed::
+Run on demand (not in CI), with a Python that has Harbor 0.26.0 installed::
 
-    python3.12 -m venv /tmp/harbor-venv && /tmp/harbor-venv/bin/pip install harbor==0.25.0
+    python3.12 -m venv /tmp/harbor-venv && /tmp/harbor-venv/bin/pip install harbor==0.26.0
     /tmp/harbor-venv/bin/python scripts/record_harbor_atif.py
 
 It (1) writes the JSON schema of ``harbor.models.trajectories.Trajectory`` to
@@ -30,7 +30,7 @@ from harbor.models.trajectories import Trajectory
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "export" / "golden" / "atif_schema.json"
-EXPECTED_HARBOR = "0.25.0"
+EXPECTED_HARBOR = "0.26.0"
 BUILD_SAMPLE = (
     "import sys; from pathlib import Path; from tests.export.samples import suite; "
     "from rsr_async.export import write_export; write_export(suite(), Path(sys.argv[1]))"

@@ -86,6 +86,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"figures: none ({report.figures_skipped})", file=sys.stderr)
     else:
         print(f"figures ({len(report.figures)}): {', '.join(report.figures)}", file=sys.stderr)
+    for name, why in report.figures_not_drawn.items():
+        print(f"figure {name}: not drawn ({why})", file=sys.stderr)
     for name, error in report.figures_failed.items():
         print(f"warning: figure {name} could not be drawn: {error}", file=sys.stderr)
     return 0

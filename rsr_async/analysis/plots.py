@@ -3,6 +3,11 @@
 Needs the ``analysis`` extra (matplotlib, upsetplot); :func:`plots_available` says whether
 it is installed, and ``analyze`` writes the tables without figures when it is not.
 Drawing uses matplotlib's non-interactive Agg backend and touches no display.
+
+Each figure function returns its matplotlib figure, or raises :class:`FigureSkipped` with
+why the input has nothing to draw (the report says so). :func:`draw_figures` saves them,
+and on the figures of a scripted stand-in's run stamps :data:`SCRIPTED_MARK` across the
+image, so a PNG alone can never pass for a model's results.
 """
 
 from __future__ import annotations
@@ -15,7 +20,13 @@ from typing import Any
 
 from .tables import ALL_SUBSET, Table
 
-__all__ = ["FIGURES", "draw_figures", "plots_available"]
+__all__ = ["FIGURES", "SCRIPTED_MARK", "FigureSkipped", "draw_figures", "plots_available"]
+
+SCRIPTED_MARK = "SCRIPTED STAND-IN MODEL (test double): not a model's results"
+
+
+class FigureSkipped(Exception):
+    """The input has nothing this figure can show; the message says why."""
 
 
 def plots_available() -> str | None:
@@ -39,20 +50,25 @@ def _rows(table: Table) -> list[dict[str, Any]]:
     return [dict(zip(table.columns, row, strict=True)) for row in table.rows]
 
 
-def upset(tables: dict[str, Table], path: Path) -> bool:
+def upset(tables: dict[str, Table]) -> Any:
     """UpSet plot of the tasks solved by each exact combination of harnesses."""
     table = tables.get("intersections")
     if table is None or not any(r["tasks"] for r in _rows(table)):
-        return False
-    if len({h for r in _rows(table) for h in r["harnesses"].split("+")}) < 2:
-        return False  # one harness: no intersections to show
+        raise FigureSkipped("no harness solved any task")
+    # Every harness is a category, also one that solved nothing (its total bar is 0):
+    # built from the memberships alone, such a harness would vanish and upsetplot fails
+    # on the single category left.
+    harnesses = list(dict.fromkeys(h for r in _rows(table) for h in r["harnesses"].split("+")))
+    if len(harnesses) < 2:
+        raise FigureSkipped(f"one harness ({harnesses[0]}): no intersections to show")
     import pandas as pd
     import upsetplot
 
     rows = [r for r in _rows(table) if r["tasks"]]
-    memberships = [r["harnesses"].split("+") for r in rows]
-    series = upsetplot.from_memberships(memberships, data=[r["tasks"] for r in rows])
-    series = series.groupby(level=list(range(series.index.nlevels))).sum()
+    index = pd.MultiIndex.from_tuples(
+        [tuple(h in r["harnesses"].split("+") for h in harnesses) for r in rows], names=harnesses
+    )
+    series = pd.Series([r["tasks"] for r in rows], index=index)
     plt = _pyplot()
     fig = plt.figure(figsize=(8, 4.5))
     with warnings.catch_warnings():  # upsetplot 0.9 still uses pandas idioms pandas 2.2 deprecates
@@ -64,16 +80,14 @@ def upset(tables: dict[str, Table], path: Path) -> bool:
     for container in bars.containers:
         bars.bar_label(container, fontsize=8)
     fig.suptitle("Tasks solved per exact set of harnesses")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return True
+    return fig
 
 
-def coverage_bars(tables: dict[str, Table], path: Path) -> bool:
+def coverage_bars(tables: dict[str, Table]) -> Any:
     """Per subset: tasks solved by each harness beside the union."""
     table = tables.get("coverage")
     if table is None or not table.rows:
-        return False
+        raise FigureSkipped("no coverage rows (no graded rollout)")
     rows = _rows(table)
     subsets = list(dict.fromkeys(r["subset"] for r in rows))
     if len(subsets) > 1:
@@ -89,21 +103,20 @@ def coverage_bars(tables: dict[str, Table], path: Path) -> bool:
         bars = ax.bar(xs, ys, width, label=harness, hatch="//" if harness == "union" else None)
         ax.bar_label(bars, labels=[f"{y:.0%}" for y in ys], fontsize=7)
     ax.set_xticks([s + width * (len(harnesses) - 1) / 2 for s in range(len(subsets))], subsets)
+    ax.set_xlabel("subset (tasks' --subset-key value; all: every task)")
     ax.set_ylabel("share of tasks solved")
     ax.set_ylim(0, 1.05)
     ax.set_title("Single harnesses vs their union, per subset")
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return True
+    return fig
 
 
-def domain_heatmap(tables: dict[str, Table], path: Path) -> bool:
+def domain_heatmap(tables: dict[str, Table]) -> Any:
     """Share solved per domain × harness, a union column, the strongest harness boxed,
     each cell annotated with its share and the harness's exclusive solves."""
     table = tables.get("domains")
     if table is None or not table.rows:
-        return False
+        raise FigureSkipped("no domain rows (no task has a graded rollout)")
     rows = _rows(table)
     harnesses = [c[: -len("_share")] for c in table.columns if c.endswith("_share") and c != "union_share"]
     columns = [*harnesses, "union"]
@@ -126,17 +139,19 @@ def domain_heatmap(tables: dict[str, Table], path: Path) -> bool:
                 ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False,
                                            edgecolor="red", linewidth=2))
     fig.colorbar(image, ax=ax, label="share solved")
+    ax.set_xlabel("harness")
+    ax.set_ylabel("domain (tasks)")
     ax.set_title("Solved share per domain (red box: strongest single harness)")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return True
+    return fig
 
 
-def similarity_bars(tables: dict[str, Table], path: Path) -> bool:
+def similarity_bars(tables: dict[str, Table]) -> Any:
     """Same- vs different-runbook similarity, with and without the first two turns."""
     table = tables.get("similarity")
-    if table is None or not any(r["pairs"] for r in _rows(table)):
-        return False
+    if table is None:
+        raise FigureSkipped("no rewrites in this input")
+    if not any(r["pairs"] for r in _rows(table)):
+        raise FigureSkipped("no pair of successful rewrites of one task")
     rows = _rows(table)
     metrics = ["jaccard", "order_similarity", "jaccard_without_first_2_turns",
                "order_similarity_without_first_2_turns"]
@@ -150,55 +165,78 @@ def similarity_bars(tables: dict[str, Table], path: Path) -> bool:
     ax.set_xticks([x + width / 2 for x in range(len(metrics))],
                   ["Jaccard", "order", "Jaccard\n(no first 2)", "order\n(no first 2)"])
     ax.set_ylim(0, 1.05)
+    ax.set_xlabel("metric (definitions in the similarity table)")
+    ax.set_ylabel("mean similarity over pairs (0 to 1)")
     ax.set_title("Command similarity of rewrite pairs")
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return True
+    return fig
 
 
-def rewrite_pass_rates(tables: dict[str, Table], path: Path) -> bool:
+def rewrite_pass_rates(tables: dict[str, Table]) -> Any:
     """Histogram of per-source rewrite pass rates."""
     table = tables.get("rewrite_sources")
     if table is None:
-        return False
+        raise FigureSkipped("no rewrites in this input")
     rates = [r["pass_rate"] for r in _rows(table) if r["pass_rate"] is not None]
     if not rates:
-        return False
+        raise FigureSkipped("no source has a graded rewrite execution")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.hist(rates, bins=[i / 10 for i in range(11)], edgecolor="black")
     ax.set_xlabel("rewrite pass rate of a source")
     ax.set_ylabel("sources")
     ax.set_title(f"Rewrite pass rate per source ({len(rates)} sources)")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return True
+    return fig
 
 
-FIGURES: dict[str, Callable[[dict[str, Table], Path], bool]] = {
+FIGURES: dict[str, Callable[[dict[str, Table]], Any]] = {
     "upset": upset,
     "coverage_by_subset": coverage_bars,
     "domain_heatmap": domain_heatmap,
     "similarity": similarity_bars,
     "rewrite_pass_rates": rewrite_pass_rates,
 }
-"""Figure name (its PNG's stem) → what draws it (False: the input has nothing to draw)."""
+"""Figure name (its PNG's stem) → what draws it (:class:`FigureSkipped`: nothing to draw)."""
 
 
-def draw_figures(tables: list[Table], out_dir: Path) -> tuple[list[Path], dict[str, str]]:
-    """Every figure the tables allow, as ``out_dir/<name>.png``; also the figures that
-    failed to draw, with why (a plotting library's bug must not cost the tables)."""
+def _stamp(fig: Any) -> None:
+    """The stand-in mark, across the middle of the image and in its top-left corner."""
+    fig.text(0.5, 0.5, SCRIPTED_MARK, ha="center", va="center", rotation=20, fontsize=13,
+             color="red", alpha=0.35, weight="bold", zorder=1000)
+    fig.text(0.01, 0.995, SCRIPTED_MARK, ha="left", va="top", fontsize=8, color="red",
+             weight="bold", zorder=1000)
+
+
+def draw_figures(
+    tables: list[Table], out_dir: Path, *, scripted: bool = False
+) -> tuple[list[Path], dict[str, str], dict[str, str]]:
+    """Every figure the tables allow, as ``out_dir/<name>.png``; the figures that failed
+    to draw, with why (a plotting library's bug must not cost the tables); and the
+    figures skipped, with why (nothing to draw). ``scripted``: stamp every figure with
+    :data:`SCRIPTED_MARK`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     by_name = {t.name: t for t in tables}
     written: list[Path] = []
     failed: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for name, draw in FIGURES.items():
         path = out_dir / f"{name}.png"
+        fig = None
         try:
-            if draw(by_name, path):
-                written.append(path)
+            fig = draw(by_name)
+            metadata = {"Software": "rsr_async analyze"}
+            if scripted:
+                _stamp(fig)
+                metadata["Description"] = SCRIPTED_MARK  # a PNG tEXt chunk, for tools
+            fig.savefig(path, dpi=110, bbox_inches="tight", metadata=metadata)
+            written.append(path)
+        except FigureSkipped as why:
+            skipped[name] = str(why)
         except Exception as exc:  # noqa: BLE001 - reported with the figure's name
             failed[name] = f"{type(exc).__name__}: {exc}"
             path.unlink(missing_ok=True)
-    return written, failed
+            _pyplot().close("all")  # what the failed drawing had opened
+        finally:
+            if fig is not None:
+                _pyplot().close(fig)
+    return written, failed, skipped

@@ -43,6 +43,8 @@ class AnalysisReport(msgspec.Struct, frozen=True, kw_only=True):
     """Why no figure was drawn (the plotting extra is missing), else None."""
     figures_failed: dict[str, str] = msgspec.field(default_factory=dict)
     """Figures that raised while drawing, with the error (the tables are still written)."""
+    figures_not_drawn: dict[str, str] = msgspec.field(default_factory=dict)
+    """Figures the input has nothing for, with why (one harness: no UpSet plot)."""
 
 
 def format_value(value: Any) -> str:
@@ -107,6 +109,7 @@ def _html(
     figures: Sequence[Path],
     skipped: str | None,
     failed: dict[str, str],
+    not_drawn: dict[str, str] | None = None,
 ) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
@@ -123,6 +126,8 @@ def _html(
         parts.append(f"<p class='notes'>No figures: {html.escape(skipped)}.</p>")
     for name, error in failed.items():
         parts.append(f"<p class='warn'>Figure {html.escape(name)} failed: {html.escape(error)}</p>")
+    for name, why in (not_drawn or {}).items():
+        parts.append(f"<p class='notes'>Figure {html.escape(name)} not drawn: {html.escape(why)}.</p>")
     for path in figures:
         encoded = base64.b64encode(path.read_bytes()).decode()
         parts.append(
@@ -162,9 +167,14 @@ def write_analysis(data: AnalysisInput, out: str | Path, *, figures: bool = True
         skipped = None if figures else "figures not asked for (--no-figures)"
         if figures:
             skipped = plots_available()
-        drawn, failed = ([], {}) if skipped else draw_figures(tables, staging / "figures")
+        drawn, failed, not_drawn = (
+            ([], {}, {})
+            if skipped
+            else draw_figures(tables, staging / "figures", scripted=data.scripted)
+        )
         (staging / "figures").mkdir(exist_ok=True)
-        (staging / "report.html").write_text(_html(data, tables, drawn, skipped, failed), encoding="utf-8")
+        page = _html(data, tables, drawn, skipped, failed, not_drawn)
+        (staging / "report.html").write_text(page, encoding="utf-8")
         _replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -175,6 +185,7 @@ def write_analysis(data: AnalysisInput, out: str | Path, *, figures: bool = True
         figures=[p.stem for p in drawn],
         figures_skipped=skipped,
         figures_failed=failed,
+        figures_not_drawn=not_drawn,
     )
 
 

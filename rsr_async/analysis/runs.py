@@ -165,11 +165,18 @@ def store_rewrites(store: Store, rollouts: Iterable[Rollout]) -> RewriteData | N
             key = critique.key
             sid = source_id(key.task, key.harness, key.attempt)
             runbooks[sid] = runbooks.get(sid, 0) + 1
-    kept = {
+    accepted = {
         audit.verdict.subject
         for audit in store.outputs(_AuditView, stage="audit", status="succeeded", light=True)
         if audit.verdict is not None and audit.verdict.accepted
     }
+    # Kept = what the export writes (its dedupe, one function for every count of it).
+    from ..export import written_keys
+    from ..rsr.exporting import collect_records  # rsr imports analysis: import when used
+
+    export = written_keys(collect_records(store))
+    kept = accepted & set(export["written"].get("rewrite", ()))
+    duplicates = accepted & set(export["duplicates"].get("rewrite", ()))
     commands: dict[str, tuple[tuple[str, ...], ...]] = {}
     for view in store.outputs(_ExecutionView, stage="execute", status="succeeded"):
         messages = view.trajectory.messages if view.trajectory is not None else []
@@ -188,6 +195,7 @@ def store_rewrites(store: Store, rollouts: Iterable[Rollout]) -> RewriteData | N
                 status=row.status,
                 turns=row.turns or 0,
                 kept=row.status == "succeeded" and row.key in kept,
+                duplicate=row.status == "succeeded" and row.key in duplicates,
                 commands=commands.get(row.key, ()),
             )
             for row in executions

@@ -75,7 +75,10 @@ class RewriteExecution(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     status: str
     turns: int
     kept: bool
-    """Passed the verifier and the leak audit."""
+    """Passed the verifier and the leak audit, and written by the export (not a duplicate)."""
+    duplicate: bool = False
+    """Passed the verifier and the leak audit, but its public conversation is byte-identical
+    to one the export already writes: dropped there, counted apart here."""
     commands: tuple[tuple[str, ...], ...] = ()
     """Per model turn, its commands (successful executions only: the similarity input)."""
 
@@ -358,12 +361,13 @@ def rewrites_tables(data: AnalysisInput) -> list[Table]:
     finished = [e for e in rewrites.executions if e.status in ("succeeded", "failed")]
     passed = [e for e in finished if e.passed]
     kept = [e for e in finished if e.kept]
+    duplicates = sum(e.duplicate for e in finished)
     infra = sum(e.status == "infra_error" for e in rewrites.executions)
     summary = Table(
         name="rewrites",
         title="Rewrites",
         columns=["sources", "runbooks", "rollouts", "passed", "pass_rate", "kept",
-                 "expansion_factor", "infra_errors"],
+                 "duplicates", "expansion_factor", "infra_errors"],
         rows=[[
             len(rewrites.sources),
             sum(rewrites.runbooks.values()),
@@ -371,13 +375,16 @@ def rewrites_tables(data: AnalysisInput) -> list[Table]:
             len(passed),
             _ratio(len(passed), len(finished)),
             len(kept),
+            duplicates,
             _ratio(len(kept), len(rewrites.sources)),
             infra,
         ]],
         notes=[
             "sources: successful discover episodes; runbooks: runbooks the critic accepted; "
             "rollouts: graded rewrite executions; kept: passed the verifier and the leak "
-            "audit; expansion_factor: kept / sources; infra_errors: executions the "
+            "audit and written by the export; duplicates: passed both but byte-identical "
+            "(public conversation) to a row the export already writes, so not written; "
+            "expansion_factor: kept / sources; infra_errors: executions the "
             "infrastructure ended (not counted as rollouts).",
         ],
     )

@@ -11,33 +11,55 @@
   model sees and says (no private guidance, no StateM/RSRT control text), and
   :func:`check_conversation`, TRL's conversational format;
 - :mod:`.atif`: one trajectory as an ATIF-v1.7 document (Harbor's format);
-- :mod:`.writer`: :func:`write_export`, the files, the manifest, the split by task.
+- :mod:`.writer`: :func:`write_export`, the files, the dataset card, the manifest, the
+  split by task; :func:`written_counts`, what an export keeps after dedupe;
+- :mod:`.harbor_jobs`: :func:`write_harbor_jobs`, the SFT set as a Harbor job directory
+  (``harbor view``, ``harbor traces export``).
 """
 
 from __future__ import annotations
 
-from .atif import ATIF_VERSION, atif_document
+from .atif import ATIF_VERSION, HARBOR_AGENTS, atif_document
+from .harbor_jobs import write_harbor_jobs
 from .public import (
     PublicMessage,
     check_conversation,
+    drop_rejected,
     is_terminus_protocol,
     public_conversation,
     public_messages,
+    rejected_replies,
 )
 from .records import ExportRecord, ExportSet
-from .writer import FILES, split_tasks, write_export
+from .writer import (
+    FILES,
+    REJECTED_MODES,
+    RejectedMode,
+    split_tasks,
+    write_export,
+    written_counts,
+    written_keys,
+)
 
 __all__ = [
     "ATIF_VERSION",
     "FILES",
+    "HARBOR_AGENTS",
+    "REJECTED_MODES",
     "ExportRecord",
     "ExportSet",
     "PublicMessage",
+    "RejectedMode",
     "atif_document",
     "check_conversation",
+    "drop_rejected",
     "is_terminus_protocol",
     "public_conversation",
     "public_messages",
+    "rejected_replies",
     "split_tasks",
     "write_export",
+    "write_harbor_jobs",
+    "written_counts",
+    "written_keys",
 ]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 
 import msgspec
@@ -47,9 +47,11 @@ from ..schema import Command, Message, Role, Trajectory
 __all__ = [
     "PublicMessage",
     "check_conversation",
+    "drop_rejected",
     "is_terminus_protocol",
     "public_conversation",
     "public_messages",
+    "rejected_replies",
 ]
 
 PLAIN_HARNESS = "terminus2"
@@ -95,6 +97,55 @@ def _protocol_patterns() -> re.Pattern[str]:
 def is_terminus_protocol(text: str) -> bool:
     """True when ``text`` is, as a whole, one of Terminus 2's own protocol messages."""
     return _protocol_patterns().fullmatch(text) is not None
+
+
+@cache
+def _rejection_heads() -> dict[str, str]:
+    """How each Terminus 2 message that rejects the reply before it begins (text up to its
+    first field): a parse error, a reply cut by the output-token limit."""
+    heads = {}
+    for reason, name in (("parse_error", "parse_error"), ("output_limit", "output_limit")):
+        head = render(name, **dict.fromkeys(_fields(name), _FIELD)).split(_FIELD)[0]
+        heads[reason] = head
+    return heads
+
+
+def _fields(name: str) -> set[str]:
+    return {f for _, f, _, _ in string.Formatter().parse(_template(name)) if f}
+
+
+def rejected_replies(conversation: Sequence[PublicMessage]) -> dict[int, str]:
+    """Index of each assistant message Terminus 2 rejected -> why (``parse_error`` or
+    ``output_limit``).
+
+    Terminus 2 runs nothing of such a reply and answers it with its parse-error message
+    ("Previous response had parsing errors: ...") or its output-limit message; the reply
+    is then no example of what to say, so the export gives it training weight 0 (or drops
+    it). Read from the message that follows, exactly as the model saw it.
+    """
+    heads = _rejection_heads()
+    out: dict[int, str] = {}
+    for index, message in enumerate(conversation[:-1]):
+        if message.role != "assistant":
+            continue
+        following = conversation[index + 1].content
+        for reason, head in heads.items():
+            if following.startswith(head):
+                out[index] = reason
+                break
+    return out
+
+
+def drop_rejected(conversation: list[PublicMessage]) -> list[PublicMessage]:
+    """The conversation without the replies Terminus 2 rejected and its answers to them.
+
+    Each rejected reply goes with the rejection message after it, so the prompt before it
+    is followed by the model's next, accepted reply: the alternation holds, and every
+    kept reply answers exactly the prompt it answered in the episode.
+    """
+    rejected = rejected_replies(conversation)
+    skip = set(rejected) | {i + 1 for i in rejected}
+    return [m for i, m in enumerate(conversation) if i not in skip]
 
 
 def _is_statem(command: Command) -> bool:
@@ -170,18 +221,24 @@ def public_messages(trajectory: Trajectory) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in public_conversation(trajectory)]
 
 
-def check_conversation(messages: Sequence[dict[str, str]]) -> None:
+def check_conversation(messages: Sequence[Mapping[str, object]]) -> None:
     """Raise ValueError unless ``messages`` is in TRL's conversational format.
 
     A list of ``{role, content}`` with string content, roles in system/user/assistant,
     an optional system message first, then user and assistant alternating, starting with
-    user and ending with assistant.
+    user and ending with assistant. An assistant message may carry OpenAI fine-tuning's
+    ``weight`` (0 or 1); no other message may.
     """
     if not messages:
         raise ValueError("the conversation is empty")
     start = 1 if messages[0].get("role") == "system" else 0
     for index, message in enumerate(messages):
-        if set(message) != {"role", "content"} or not isinstance(message["content"], str):
+        keys = set(message)
+        if message.get("role") == "assistant" and "weight" in keys:
+            if message["weight"] not in (0, 1) or isinstance(message["weight"], bool):
+                raise ValueError(f"messages[{index}] has weight {message['weight']!r}, not 0 or 1")
+            keys.discard("weight")
+        if keys != {"role", "content"} or not isinstance(message["content"], str):
             raise ValueError(f"messages[{index}] is not a {{role, content}} pair of strings")
         if index < start:
             continue

@@ -16,7 +16,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 import msgspec
@@ -30,6 +30,10 @@ from ..schema import Task
 from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs
 from .figures import pipeline_figures, render_figures
+
+if TYPE_CHECKING:
+    from ..export import RejectedMode
+    from .exporting import ExportFormat
 from .runtime import EpisodeRuntime, open_pipeline, prewarm_wave
 from .summary import render_summary, summarise, write_summary
 
@@ -67,7 +71,15 @@ def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags the later stages share (``run`` and ``rewrite|verify|export``)."""
     parser.add_argument("--allow-scripted", action="store_true",
                         help="rewrite/export the scripted stand-in's trajectories (a test double)")
-    parser.add_argument("--out", metavar="DIR", help="export directory (default: RUN_DIR/export)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="export directory (default: RUN_DIR/export, or RUN_DIR/harbor-jobs "
+                             "with --format harbor-jobs)")
+    parser.add_argument("--format", choices=["sft", "harbor-jobs"], default="sft", dest="export_format",
+                        help="export: sft (JSONL, ShareGPT, ATIF, dataset card; default) or "
+                             "harbor-jobs (the SFT set as a Harbor job: harbor view, harbor traces export)")
+    parser.add_argument("--rejected", choices=["weight", "drop"], default="weight",
+                        help="export: replies Terminus 2 rejected (unparseable, cut by the output "
+                             "limit): keep them with weight 0 (default) or drop them")
 
 
 def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -165,6 +177,8 @@ def main(args: argparse.Namespace) -> int:
         sim_servers=args.sim_servers,
         allow_scripted=args.allow_scripted,
         out=Path(args.out) if args.out else None,
+        export_format=args.export_format,
+        rejected=args.rejected,
     )
     return run_async(_run, config, dataset.tasks, run_dir, tasks_dir, options)
 
@@ -188,6 +202,8 @@ class StageOptions(NamedTuple):
     sim_servers: int
     allow_scripted: bool
     out: Path | None
+    export_format: ExportFormat = "sft"
+    rejected: RejectedMode = "weight"
 
 
 async def _run(
@@ -241,19 +257,22 @@ async def _run(
         path = write_summary(summary, run_dir)
         code = exit_code(engine.statistics(), signals)
         if "export" in stages and code == EXIT_OK:
-            from .exporting import export_run
+            from .exporting import default_out, export_run
 
             manifest = await anyio.to_thread.run_sync(
                 partial(
                     export_run,
                     engine.store,
-                    options.out or run_dir / "export",
+                    options.out or run_dir / default_out(options.export_format),
                     validation_share=config.rsr.validation_share,
                     seed=config.run.seed,
                     allow_scripted=options.allow_scripted,
+                    format=options.export_format,
+                    rejected=options.rejected,
                 )
             )
-            print(f"export: {options.out or run_dir / 'export'} ({_export_line(manifest)})", file=sys.stderr)
+            out = options.out or run_dir / default_out(options.export_format)
+            print(f"export: {out} ({_export_line(manifest)})", file=sys.stderr)
     from rich.console import Console
 
     Console(stderr=True).print(render_summary(summary))
@@ -264,5 +283,7 @@ async def _run(
 
 
 def _export_line(manifest: dict[str, Any]) -> str:
+    if manifest.get("format") == "harbor-jobs":
+        return f"Harbor job {manifest['job']}: {manifest['trials']} trials"
     written = manifest.get("records", {}).get("written", {})
     return ", ".join(f"{name}: {count}" for name, count in sorted(written.items())) or "nothing kept"

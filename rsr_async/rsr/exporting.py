@@ -10,18 +10,24 @@ Everything is read in key order, so the same store gives byte-identical files.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..engine.store import Store
 from ..errors import ConfigError
-from ..export import ExportRecord, write_export
+from ..export import ExportRecord, RejectedMode, write_export, write_harbor_jobs
 from ..schema import AuditResult, EpisodeResult
 from .figures import pipeline_figures
 from .runtime import SCRIPTED_MARK
 
-__all__ = ["collect_records", "export_run"]
+__all__ = ["ExportFormat", "collect_records", "default_out", "export_run"]
 
 DIRECT_HARNESS = "terminus2"
+ExportFormat = Literal["sft", "harbor-jobs"]
+
+
+def default_out(format: ExportFormat) -> str:
+    """The export's folder name under the run directory when ``--out`` is not given."""
+    return "harbor-jobs" if format == "harbor-jobs" else "export"
 
 
 def collect_records(store: Store) -> list[ExportRecord]:
@@ -70,11 +76,15 @@ def export_run(
     validation_share: float,
     seed: int,
     allow_scripted: bool,
+    format: ExportFormat = "sft",
+    rejected: RejectedMode = "weight",
 ) -> dict[str, Any]:
     """Write the run's export to ``out_dir``; returns the manifest.
 
-    Refuses trajectories of the scripted stand-in (a test double) unless
-    ``allow_scripted``: its data must never be mistaken for a model's.
+    ``format``: ``sft`` (:func:`~rsr_async.export.write_export`) or ``harbor-jobs`` (the
+    SFT set as a Harbor job, :func:`~rsr_async.export.write_harbor_jobs`). Refuses
+    trajectories of the scripted stand-in (a test double) unless ``allow_scripted``: its
+    data must never be mistaken for a model's.
     """
     identity = store.meta().get("model", "")
     if identity.endswith(SCRIPTED_MARK) and not allow_scripted:
@@ -84,11 +94,21 @@ def export_run(
         )
     # Only counts go into the manifest: the cached share depends on the servers' cache
     # state, and the same store must give byte-identical files.
-    figures = {k: v for k, v in pipeline_figures(store).items() if k != "executor_cached_share"}
+    records = collect_records(store)
+    if format == "harbor-jobs":
+        return write_harbor_jobs(
+            records, out_dir, validation_share=validation_share, seed=seed, rejected=rejected
+        )
+    figures = {
+        k: v
+        for k, v in pipeline_figures(store, records=records).items()
+        if k != "executor_cached_share"
+    }
     return write_export(
-        collect_records(store),
+        records,
         out_dir,
         validation_share=validation_share,
         seed=seed,
         counts={"pipeline": figures, "model": identity},
+        rejected=rejected,
     )

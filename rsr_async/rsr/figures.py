@@ -2,24 +2,38 @@
 
 Printed at the end of ``run`` and stored in ``summary.json`` under ``pipeline``: sources;
 runbooks proposed, rejected (by rule and by judge), regenerated, accepted; rewrite
-rollouts and their pass rate; kept; dropped by the leak audit; the expansion factor
-(kept ÷ sources); median turns of sources vs kept rewrites; the cached share of the
-executors' prompt tokens.
+rollouts and their pass rate; accepted by the leak audit; kept; duplicates; dropped by the
+leak audit; the expansion factor (kept ÷ sources); median turns of sources vs kept
+rewrites; the cached share of the executors' prompt tokens.
+
+``kept`` is what the export writes: the rewrites the audit accepted, less those whose
+public conversation is byte-identical to one already written (``kept_duplicates``,
+counted apart; the export's dedupe, :func:`~rsr_async.export.written_keys`) and those
+with no public conversation left. ``summary.json``, the manifest and ``analyze``'s
+rewrite table all take it from here or from the same function.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from ..engine.store import Store
+from ..export import ExportRecord, written_keys
 from ..schema import AuditResult, CritiqueResult, EpisodeResult, PlanResult, Usage
 
 __all__ = ["pipeline_figures", "render_figures"]
 
 
-def pipeline_figures(store: Store) -> dict[str, Any]:
-    """Counts per stage of the RSR graph in this run directory."""
+def pipeline_figures(
+    store: Store, *, records: Sequence[ExportRecord] | None = None
+) -> dict[str, Any]:
+    """Counts per stage of the RSR graph in this run directory.
+
+    ``records``: the run's export records when the caller has them already
+    (:func:`~.exporting.collect_records`), else they are read here.
+    """
     # Light views: counts, statuses, verdicts, turns and usage only, so no trajectory or
     # raw reply of the whole run is inflated to compute them.
     sources = list(store.outputs(EpisodeResult, stage="discover", status="succeeded", light=True))
@@ -33,7 +47,14 @@ def pipeline_figures(store: Store) -> dict[str, Any]:
     kept_keys = {
         a.verdict.subject for a in audits if a.status == "succeeded" and a.verdict and a.verdict.accepted
     }
-    kept = [e for e in passed if str(e.key) in kept_keys]
+    accepted = [e for e in passed if str(e.key) in kept_keys]
+    if records is None:
+        from .exporting import collect_records  # exporting imports this module
+
+        records = collect_records(store)
+    export = written_keys(records)
+    written = set(export["written"].get("rewrite", ()))
+    kept = [e for e in accepted if str(e.key) in written]
     usage = sum((e.usage for e in executions), Usage())
 
     def verdicts(stage: str, accepted: bool) -> int:
@@ -61,7 +82,9 @@ def pipeline_figures(store: Store) -> dict[str, Any]:
         "rewrite_rollouts": len(finished),
         "rewrite_pass_rate": len(passed) / len(finished) if finished else 0.0,
         "audited": sum(1 for a in audits if a.status in ("succeeded", "failed")),
+        "audit_accepted": len(accepted),
         "kept": len(kept),
+        "kept_duplicates": len(export["duplicates"].get("rewrite", ())),
         "dropped_by_leak_audit": sum(
             1 for a in audits if a.status == "succeeded" and a.verdict and not a.verdict.accepted
         ),

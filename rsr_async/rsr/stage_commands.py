@@ -23,7 +23,7 @@ from ..engine.store import STAGE_SCOPED, Store
 from ..errors import StoreError
 from ..schema import EpisodeSpec, Task
 from .commands import add_stage_arguments, write_task_list
-from .exporting import export_run
+from .exporting import default_out, export_run
 from .figures import pipeline_figures, render_figures
 from .runtime import open_pipeline
 
@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _export(config: Config, run_dir: Path, args: argparse.Namespace) -> int:
-    out = Path(args.out) if args.out else run_dir / "export"
+    out = Path(args.out) if args.out else run_dir / default_out(args.export_format)
     with Store.open_readonly(run_dir) as store:
         manifest = export_run(
             store,
@@ -85,6 +85,8 @@ def _export(config: Config, run_dir: Path, args: argparse.Namespace) -> int:
             validation_share=config.rsr.validation_share,
             seed=config.run.seed,
             allow_scripted=args.allow_scripted,
+            format=args.export_format,
+            rejected=args.rejected,
         )
         print(render_figures(pipeline_figures(store)), file=sys.stderr)
     print(f"export: {out} ({len(manifest.get('files', {}))} files)", file=sys.stderr)

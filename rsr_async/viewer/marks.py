@@ -44,6 +44,8 @@ class MarkedMessage(msgspec.Struct, frozen=True, kw_only=True):
     message: Message
     content: list[Piece]
     commands: list[tuple[list[Piece], float]]
+    """Each command's keystrokes and its wait in seconds, rounded to milliseconds (a
+    parsed 2.4 can arrive as 2.4000000000000004)."""
     marks: int
     """How many flagged values the message holds (0: nothing flagged in it)."""
     reindented: bool = False
@@ -110,7 +112,7 @@ def mark_message(message: Message, flagged: Sequence[FlaggedValue] = ()) -> Mark
         for spelling in {value, json.dumps(value)[1:-1]}:
             content_spans.extend((s, e, item.mark) for s, e in _occurrences(text_shown, spelling))
     commands = [
-        (pieces(text, spans), command.duration)
+        (pieces(text, spans), round(command.duration, 3))
         for text, spans, command in zip(keystrokes, command_spans, message.commands, strict=True)
     ]
     return MarkedMessage(

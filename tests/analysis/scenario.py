@@ -21,6 +21,7 @@ t3 r0d0/e0 P kept, r0d0/e1 I.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,10 @@ def _style(task: str, harness: str, attempt: int, letter: str) -> EpisodeStyle:
 def _trajectory(task: str, harness: str, commands: list[list[str]]) -> Trajectory:
     messages = [Message(role="user", content=f"do {task}", origin="task")]
     for turn, keys in enumerate(commands):
-        messages.append(Message(role="assistant", content="{}", origin="model", turn=turn,
+        # The reply names its commands, so two trajectories' public conversations differ
+        # exactly when their commands do (the export drops byte-identical ones).
+        messages.append(Message(role="assistant", content=json.dumps({"commands": keys}),
+                                origin="model", turn=turn,
                                 commands=tuple(Command(keystrokes=k, duration=0.1) for k in keys)))
         messages.append(Message(role="user", content="output", origin="env", turn=turn))
     return Trajectory(task=task, harness=harness, messages=messages)

@@ -186,7 +186,7 @@ def test_outcomes_from_jsonl(from_jsonl: dict[str, Table]) -> None:
 def test_rewrites(from_store: dict[str, Table]) -> None:
     # 10 successful discover episodes; 3 accepted runbooks; graded executions 4 (t1) + 1
     # (t3) = 5, passed 3 + 1 = 4 → .8; kept 2 + 1 = 3; expansion 3 / 10; one infra error.
-    assert from_store["rewrites"].rows == approx_rows([[10, 3, 5, 4, 0.8, 3, 0.3, 1]])
+    assert from_store["rewrites"].rows == approx_rows([[10, 3, 5, 4, 0.8, 3, 0, 0.3, 1]])
     cases = {row[0]: row[1:] for row in from_store["rewrite_sources"].rows}
     assert len(cases) == 10
     # t1/terminus2/a0: turns of successful rewrites 8, 12, 6 → median 8; source turns 10.

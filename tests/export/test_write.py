@@ -13,13 +13,17 @@ import jsonschema
 import msgspec
 import pytest
 
-from rsr_async.export import ExportRecord, write_export
+from rsr_async.export import ExportRecord, write_export, written_counts
 from rsr_async.schema import Message, Trajectory
 from tests.export import samples
 from tests.export.samples import SECRETS
 
 GOLDEN_SCHEMA = Path(__file__).parent / "golden" / "atif_schema.json"
 ROLES = ("system", "user", "assistant")
+
+
+def row_rejected(row: dict[str, Any]) -> int:
+    return sum(m.get("weight") == 0 for m in row["messages"])
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -36,8 +40,11 @@ def _trl_conversational(messages: Any) -> None:
     """TRL's conversational format, checked without datasets or TRL."""
     assert isinstance(messages, list) and messages
     for m in messages:
-        assert isinstance(m, dict) and set(m) == {"role", "content"}
+        assert isinstance(m, dict) and set(m) - {"weight"} == {"role", "content"}
         assert m["role"] in ROLES and isinstance(m["content"], str)
+        # OpenAI fine-tuning's per-message weight: assistant messages only, 0 or 1
+        assert ("weight" in m) == (m["role"] == "assistant")
+        assert m.get("weight", 0) in (0, 1)
     body = messages[1:] if messages[0]["role"] == "system" else messages
     assert [m["role"] for m in body] == ["user", "assistant"] * (len(body) // 2)
     assert len(body) % 2 == 0 and body[-1]["role"] == "assistant"
@@ -80,7 +87,9 @@ def test_sharegpt_mirrors_sft(export: tuple[Path, dict[str, Any]]) -> None:
     names = {"user": "human", "assistant": "gpt", "system": "system"}
     for a, b in zip(sft, sharegpt, strict=True):
         assert b["conversations"] == [
-            {"from": names[m["role"]], "value": m["content"]} for m in a.pop("messages")
+            {"from": names[m["role"]], "value": m["content"]}
+            | ({"weight": m["weight"]} if "weight" in m else {})
+            for m in a.pop("messages")
         ]
         b.pop("conversations")
         assert a == b
@@ -102,9 +111,12 @@ def test_direct_successes_match_the_recorded_conversation(
     out, _ = export
     direct = next(r for r in _jsonl(out / "sft.jsonl") if r["set"] == "direct")
     trajectory = samples.terminus2_handoff(direct["task"])
-    assert direct["messages"] == [
+    assert [{"role": m["role"], "content": m["content"]} for m in direct["messages"]] == [
         {"role": m.role, "content": m.content} for m in trajectory.messages
     ]
+    # the reply cut by the output limit is the one Terminus 2 rejected: weight 0
+    weights = [m["weight"] for m in direct["messages"] if m["role"] == "assistant"]
+    assert weights == [1, 0, 1, 1, 1, 1, 1, 1] and direct["rejected_turns"] == 1
 
 
 def test_split_is_by_task(export: tuple[Path, dict[str, Any]]) -> None:
@@ -205,6 +217,11 @@ def test_duplicates_are_exported_once_per_file(tmp_path: Path) -> None:
     assert manifest["records"] == {
         "received": {"rewrite": 3, "baseline": 1},
         "written": {"rewrite": 2, "baseline": 1},
+        "duplicates": {"rewrite": 1},  # counted apart: received = written + duplicates
+    }
+    assert written_counts(records) == {
+        "written": {"rewrite": 2, "baseline": 1},
+        "duplicates": {"rewrite": 1},
     }
 
 
@@ -213,7 +230,7 @@ def test_atif_validates_against_harbors_recorded_schema(
 ) -> None:
     out, _ = export
     schema = json.loads(GOLDEN_SCHEMA.read_text())
-    assert "harbor==0.25.0" in schema["$comment"]
+    assert "harbor==0.26.0" in schema["$comment"]
     validator = jsonschema.Draft202012Validator(schema)
     sft = {r["key"]: r for r in _jsonl(out / "sft.jsonl") + _jsonl(out / "direct_sft.jsonl")}
     for path in sorted((out / "atif").iterdir()):
@@ -223,10 +240,13 @@ def test_atif_validates_against_harbors_recorded_schema(
         assert doc["schema_version"] == "ATIF-v1.7"
         # what Harbor's pydantic validators check beyond the JSON schema
         assert [s["step_id"] for s in doc["steps"]] == list(range(1, len(doc["steps"]) + 1))
-        for step in doc["steps"]:
-            ids = {c["tool_call_id"] for c in step.get("tool_calls", [])}
-            for result in step.get("observation", {}).get("results", []):
-                assert result.get("source_call_id") in ids | {None}
+        # raw-content mode, as Harbor's Terminus 2 writes it for SFT: the commands stay in
+        # the reply, never also as tool_calls (Harbor's traces export would append them)
+        assert all("tool_calls" not in step for step in doc["steps"])
+        if doc["agent"]["extra"]["harness"] == "terminus2":
+            assert (doc["agent"]["name"], doc["agent"]["version"]) == ("terminus-2", "2.0.0")
+        rejected = [s["step_id"] for s in doc["steps"] if s.get("extra", {}).get("weight") == 0]
+        assert len(rejected) == row_rejected(sft[doc["session_id"]])
         # the same public conversation as the JSONL row
         row = sft[doc["session_id"]]
         flat = [doc["steps"][0]["message"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -93,7 +94,11 @@ def _check_run(run_dir: Path) -> dict[str, object]:
     assert set(summary["union_solved"]) == {t for h in ("terminus2", "statem", "rsrt")
                                            for t in _solved(run_dir, h)}
     figures = summary["pipeline"]
-    assert figures["sources"] == sources and figures["kept"] == len(kept)
+    assert figures["sources"] == sources and figures["audit_accepted"] == len(kept)
+    # kept = written by the export; byte-identical rewrites are counted apart
+    assert manifest["records"]["written"]["rewrite"] == figures["kept"]
+    assert manifest["records"]["duplicates"].get("rewrite", 0) == figures["kept_duplicates"]
+    assert manifest["counts"]["pipeline"]["kept"] == figures["kept"]
     # analyze reads the same run the same way the run's own summary and figures do
     tables = {t.name: t for t in all_tables(read_run(run_dir))}
     coverage = {row[1]: row for row in tables["coverage"].rows}
@@ -111,6 +116,7 @@ def _check_run(run_dir: Path) -> dict[str, object]:
     assert len(rows) == manifest["records"]["written"]["rewrite"] + manifest["records"]["written"]["direct"]
     baseline = (run_dir / "export" / "direct_sft.jsonl").read_text().splitlines()
     assert len(baseline) == sources - len(manifest["dedupe"]["dropped"]["direct_sft"])
+    _check_dataset(run_dir / "export", rows)
     with Store.open_readonly(run_dir) as store:
         runbooks = [p.runbook.text for p in store.outputs(PlanResult, stage="plan") if p.runbook]
     assert runbooks
@@ -120,6 +126,27 @@ def _check_run(run_dir: Path) -> dict[str, object]:
     assert _leftovers(run_dir) == []
     assert _snapshot_images() == []  # RSRT's hidden-verification copies are gone too
     return manifest
+
+
+def _check_dataset(export: Path, rows: list[str]) -> None:
+    """The export folder loads with the real `datasets`, no arguments; weights mark exactly
+    the replies Terminus 2 rejected."""
+    import datasets
+
+    cache = export.parent / "hf-cache"
+    sft = datasets.load_dataset(str(export), cache_dir=str(cache))
+    assert sum(len(split) for split in sft.values()) == len(rows)
+    assert set(sft) <= {"train", "validation"} and "train" in sft
+    baseline = datasets.load_dataset(str(export), "direct_sft", cache_dir=str(cache))
+    assert sum(len(split) for split in baseline.values()) == len(
+        (export / "direct_sft.jsonl").read_text().splitlines())
+    for line in rows:
+        row = json.loads(line)
+        zero = [i for i, m in enumerate(row["messages"]) if m.get("weight") == 0]
+        assert len(zero) == row["rejected_turns"]
+        assert all(row["messages"][i + 1]["content"].startswith(
+            ("Previous response had parsing errors:", "ERROR!! NONE of the actions")) for i in zero)
+    shutil.rmtree(cache)
 
 
 def test_pipeline_end_to_end_then_sigkill_and_rerun_gives_the_same_export(tmp_path: Path) -> None:

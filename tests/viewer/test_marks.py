@@ -48,3 +48,12 @@ def test_a_position_that_misses_marks_every_occurrence_and_other_turns_are_untou
 def test_text_that_is_not_a_json_reply_is_shown_as_it_is() -> None:
     raw = Message(role="assistant", origin="model", content="  not json {", turn=0)
     assert mark_message(raw).content == [("  not json {", "")] and not mark_message(raw).reindented
+
+
+def test_command_waits_are_rounded_to_milliseconds() -> None:
+    message = Message(role="assistant", origin="model", content="{}", commands=(
+        Command(keystrokes="make\n", duration=2.4000000000000004),
+        Command(keystrokes="ls\n", duration=0.12345),
+    ))
+    assert [wait for _, wait in mark_message(message).commands] == [2.4, 0.123]
+    assert str(mark_message(message).commands[0][1]) == "2.4"

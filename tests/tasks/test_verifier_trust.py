@@ -65,10 +65,13 @@ async def naive_verify(sandbox: Sandbox, task: Task, *, until_reward: str | None
     await sandbox.run("rm -rf /tests /logs/verifier; mkdir -p /logs/verifier", time_limit=20)
     await sandbox.upload(Path(task.tests_dir), "/tests")
     await sandbox.run(f"bash /tests/{task.test_script}", time_limit=20)
-    wait = f"until grep -qx {until_reward} {REWARD}; do sleep 0.01; done; " if until_reward else ""
-    read = await sandbox.run(
-        f"{wait}if [ -f /logs/verifier/reward.json ]; then echo json; cat /logs/verifier/reward.json; "
-        f"else echo txt; cat {REWARD}; fi", time_limit=20)
+    if until_reward:  # one whole read (a read can land between a writer's truncate and write)
+        command = (f'v=; until [ "$v" = {until_reward} ]; do v=$(cat {REWARD} 2>/dev/null); sleep 0.01; done; '
+                   'echo txt; echo "$v"')
+    else:
+        command = (f"if [ -f /logs/verifier/reward.json ]; then echo json; cat /logs/verifier/reward.json; "
+                   f"else echo txt; cat {REWARD}; fi")
+    read = await sandbox.run(command, time_limit=20)
     assert not read.timed_out, read.output
     kind, _, text = read.output.partition("\n")
     return parse_reward_json(text)["reward"] if kind == "json" else parse_reward_txt(text)

@@ -56,6 +56,9 @@ def test_missing_sources_and_bad_list_lines(tmp_path: Path, fixtures: Path) -> N
     assert [t.name for t in data.tasks] == ["full-harbor"]
     messages = [str(e) for e in data.errors]
     assert any("line 2" in m and "no/such/dir" in m for m in messages)
+    line2 = next(m for m in messages if "line 2" in m)
+    assert "resolved against the list file's folder" in line2
+    assert f"looked for {tmp_path / 'no/such/dir'}" in line2 and "\n" not in line2
     assert any("does not exist" in m and "absent" in m for m in messages)
 
 

@@ -3,9 +3,10 @@
 import json
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 
-def get(path: str) -> object:
+def get(path: str) -> Any:
     with urllib.request.urlopen(f"http://server:8000{path}", timeout=10) as response:
         return json.load(response)
 

@@ -6,12 +6,15 @@ filled as each tool fills them (names recorded from their code), ``build.target`
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from rsr_async.errors import TaskError
+from rsr_async.config import SandboxConfig
+from rsr_async.errors import ImageBuildError, TaskError
+from rsr_async.sandbox import SandboxPool
 from rsr_async.sandbox.compose import (
     HARBOR_UNSET_VARIABLES,
     HARBOR_VARIABLES,
@@ -20,7 +23,12 @@ from rsr_async.sandbox.compose import (
     compose_variables,
     task_compose,
 )
+from rsr_async.tasks import BUNDLED_SUITE
 from rsr_async.tasks.loader import load_task
+from rsr_async.tasks.oracle import validate_task
+
+from .conftest import containers_of, new_run_id
+from .test_compose import networks_of
 
 RECORDED = Path(__file__).resolve().parents[1] / "tasks" / "fixtures" / "harbor_task_keys.json"
 
@@ -228,3 +236,35 @@ def test_terminal_bench_refusals_name_the_clients_key(tmp_path: Path) -> None:
     with pytest.raises(TaskError) as caught:
         load_task(tb_task(tmp_path, compose))
     assert "docker-compose.yaml: services.client.command: not supported" in str(caught.value)
+
+
+# ----------------------------------------------------------------------------- real episodes
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("name", ["harbor-compose-error-count", "tb-inventory-total"])
+async def test_the_bundled_compose_shapes_validate_and_leave_nothing(
+    config: SandboxConfig, tmp_path: Path, name: str
+) -> None:
+    """Build (a build target; terminal-bench's client and server), start in order (the
+    server healthy first), oracle passes, untouched fails, nothing left behind."""
+    task = load_task(BUNDLED_SUITE / name)
+    run_id = new_run_id()
+    async with SandboxPool(config, run_id=run_id, run_dir=tmp_path / "run") as pool:
+        row = await validate_task(task, pool)
+    assert row.problems == [], row
+    assert row.oracle_reward == 1.0 and row.nop_reward == 0.0
+    assert await containers_of(run_id) == [] and await networks_of(run_id) == []
+
+
+@pytest.mark.docker
+async def test_an_ignored_build_target_would_fail_the_build(config: SandboxConfig, tmp_path: Path) -> None:
+    """The bundled task's last stage fails on purpose: without its target it cannot build."""
+    root = tmp_path / "no-target"
+    shutil.copytree(BUNDLED_SUITE / "harbor-compose-error-count", root)
+    compose = root / "environment" / "docker-compose.yaml"
+    compose.write_text(compose.read_text().replace("      target: workspace\n", ""))
+    task = load_task(root)
+    async with SandboxPool(config, run_id=new_run_id(), run_dir=tmp_path / "run") as pool:
+        with pytest.raises(ImageBuildError, match="build.target was ignored"):
+            await pool.ensure_image(task)

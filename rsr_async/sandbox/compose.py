@@ -142,7 +142,7 @@ _LOG_MOUNTS = {
     }),
 }
 _KEEP_ALIVE = (("sleep", "infinity"), ("tail", "-f", "/dev/null"))
-_SHELLS = frozenset({"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env sh"})
+_SHELLS = frozenset({"sh", "bash", "/bin/sh", "/bin/bash"})
 
 Condition = Literal["service_started", "service_healthy", "service_completed_successfully"]
 

@@ -1,7 +1,15 @@
 """The compose files tasks ship in the wild: Harbor's base file restated in a task's
 ``environment/docker-compose.yaml``, terminal-bench's template ``docker-compose.yaml``
 (the plain ``client``, and ``client`` + a ``server`` with a healthcheck), variables
-filled as each tool fills them (names recorded from their code), ``build.target``."""
+filled as each tool fills them (names recorded from their code), ``build.target``.
+
+Sources of the two files below, copied as they are published: ``HARBOR_BASE`` is
+``harbor/environments/docker/docker-compose-build.yaml`` of the harbor 0.26.0 wheel
+(Apache-2.0) with its no-network overlay and the restated lines Harbor tasks carry;
+``TB_TEMPLATE`` is ``terminal_bench/cli/template-task/docker-compose.yaml`` of the
+terminal-bench 0.2.18 wheel (the laude-institute/terminal-bench repository: Apache-2.0),
+and ``TB_CLIENT_SERVER`` that template grown the way terminal-bench's client/server tasks
+grow it (a ``server`` with a healthcheck, ``depends_on: condition: service_healthy``)."""
 
 from __future__ import annotations
 

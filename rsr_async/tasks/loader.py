@@ -32,6 +32,8 @@ than charged to a model or to the infrastructure later:
   file into the prompt, the stored trajectory, the image or the verifier);
 - a ``docker-compose.yaml`` (Harbor: in ``environment/``; terminal-bench: in the task's
   directory) outside the supported subset (:mod:`rsr_async.sandbox.compose`), named by key.
+- a ``task.toml`` key that :data:`~rsr_async.tasks.harbor_keys.HARBOR_TASK_KEYS` refuses,
+  a value it does not accept, or a key Harbor 0.26's schema does not have, named by key.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ rates here measure nothing but the engine.
 
 **Volume.** ``--episodes`` (default 30,000: the paper's discovery + rewrite volume,
 14,598 discovery + 12,893 rewrite rollouts) counts discovery plus rewrite episodes.
-Discovery is the 36 bundled tasks × N Terminus 2 attempts. The scripted stand-in solves
+Discovery is the bundled tasks (36 when this was measured) × N Terminus 2 attempts. The scripted stand-in solves
 about half of them under Terminus 2 (:data:`SOLVE_RATE`, measured at this scale: 53 %),
 and each success is rewritten with K = 1 runbook (a draft the critic rejects is
 regenerated, up to ``rsr.critic_max_retries`` = 2, and in practice every source ends

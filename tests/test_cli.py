@@ -184,13 +184,18 @@ def test_every_flag_the_readme_gives_a_command_exists() -> None:
 def test_the_readme_lists_every_exit_code_the_code_uses() -> None:
     import signal
 
-    from rsr_async.engine.signals import EXIT_INTERRUPTED, EXIT_JOB_ERRORS, EXIT_OK
+    from rsr_async.engine.signals import (
+        EXIT_INTERRUPTED,
+        EXIT_JOB_ERRORS,
+        EXIT_OK,
+        EXIT_PERMANENT_ONLY,
+    )
 
     table = re.search(r"\| code \| meaning \|\n((?:.*\|.*\n)+)", README)
     assert table is not None, "no exit-code table in the README"
     rows = table.group(1)
     codes = {int(c) for c in re.findall(r"^\s*\| ([0-9 /]+) \|", rows, re.M) for c in c.split("/")}
-    assert codes == {EXIT_OK, 1, 2, 3, EXIT_JOB_ERRORS, EXIT_INTERRUPTED, 128 + signal.SIGTERM}
+    assert codes == {EXIT_OK, 1, 2, 3, EXIT_JOB_ERRORS, EXIT_PERMANENT_ONLY, EXIT_INTERRUPTED, 128 + signal.SIGTERM}
     assert re.search(r"^\s*\| 3 \|.*not implemented yet", rows, re.M)
 
 

@@ -17,6 +17,10 @@ Exit codes (:func:`exit_code`):
 2     usage error (argparse)
 4     the run finished but some jobs ended ``infra_error`` or ``cancelled``:
       rerun the same command to retry just those
+5     the run finished but no job was graded: every finished job ended in a permanent
+      error (the task's or the config's fault: a Dockerfile that fails, a bad image
+      reference). Rerunning cannot help: fix the tasks or the config, then run again in a
+      new run directory (``summary.json`` names each task's cause)
 130   interrupted by SIGINT (Ctrl-C) - 143 by SIGTERM: unfinished jobs stay
       ``pending``/``cancelled``; rerun the same command to resume
 ====  ==========================================================================
@@ -40,10 +44,12 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_JOB_ERRORS",
     "EXIT_OK",
+    "EXIT_PERMANENT_ONLY",
     "SignalState",
     "add_engine_arguments",
     "engine_config_values",
     "exit_code",
+    "permanent_only_code",
     "run_async",
     "shutdown_on_signals",
     "tune_gc",
@@ -51,6 +57,7 @@ __all__ = [
 
 EXIT_OK: Final = 0
 EXIT_JOB_ERRORS: Final = 4
+EXIT_PERMANENT_ONLY: Final = 5
 EXIT_INTERRUPTED: Final = 130
 
 T = TypeVar("T")
@@ -109,7 +116,15 @@ def exit_code(stats: EngineStats, signals: SignalState | None = None) -> int:
         return EXIT_INTERRUPTED
     if stats.infra_error or stats.cancelled:
         return EXIT_JOB_ERRORS
-    return EXIT_OK
+    return permanent_only_code(graded=stats.succeeded + stats.failed - stats.permanent,
+                               permanent=stats.permanent)
+
+
+def permanent_only_code(*, graded: int, permanent: int) -> int:
+    """:data:`EXIT_PERMANENT_ONLY` when permanent errors ended every finished job (none
+    graded), else :data:`EXIT_OK`. A command that reads its whole store (``run``, over
+    resumes) passes the store's counts; :func:`exit_code` passes this invocation's."""
+    return EXIT_PERMANENT_ONLY if permanent and not graded else EXIT_OK
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

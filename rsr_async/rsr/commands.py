@@ -23,7 +23,14 @@ import msgspec
 
 from ..config import Config, add_config_arguments, load_config
 from ..engine import Job
-from ..engine.signals import EXIT_OK, SignalState, exit_code, run_async, shutdown_on_signals
+from ..engine.signals import (
+    EXIT_OK,
+    SignalState,
+    exit_code,
+    permanent_only_code,
+    run_async,
+    shutdown_on_signals,
+)
 from ..engine.store import resume_view
 from ..errors import ConfigError, TaskError
 from ..schema import Task
@@ -256,6 +263,11 @@ async def _run(
             summary = msgspec.structs.replace(summary, pipeline=figures)
         path = write_summary(summary, run_dir)
         code = exit_code(engine.statistics(), signals)
+        if code == EXIT_OK:
+            # Over the whole store, so a resume of a run whose every episode was a
+            # permanent error says so again (this invocation skipped them all).
+            code = permanent_only_code(graded=summary.succeeded + summary.failed,
+                                       permanent=summary.permanent_errors)
         if "export" in stages and code == EXIT_OK:
             from .exporting import default_out, export_run
 

@@ -52,7 +52,14 @@ from ..analysis.checkpoints import (
 from ..analysis.rollouts import Rollout
 from ..analysis.runs import store_rollouts
 from ..config import Config, LLMConfig, add_config_arguments, load_config
-from ..engine.signals import EXIT_JOB_ERRORS, EXIT_OK, exit_code, run_async, shutdown_on_signals
+from ..engine.signals import (
+    EXIT_JOB_ERRORS,
+    EXIT_OK,
+    EXIT_PERMANENT_ONLY,
+    exit_code,
+    run_async,
+    shutdown_on_signals,
+)
 from ..engine.store import Store, resume_view
 from ..errors import ConfigError, LLMConnectionError, LLMError, TaskError
 from ..schema import Task
@@ -251,10 +258,13 @@ async def _evaluate(plan: _Plan) -> int:
     sys.stdout.write(markdown)
     sys.stdout.flush()
     print(f"eval: {plan.eval_dir / JSON_NAME}, {plan.eval_dir / MARKDOWN_NAME}", file=sys.stderr)
-    worst = [c for c in codes if c not in (EXIT_OK, EXIT_JOB_ERRORS)]
+    worst = [c for c in codes if c not in (EXIT_OK, EXIT_JOB_ERRORS, EXIT_PERMANENT_ONLY)]
     if worst:
         return worst[0]
-    return EXIT_JOB_ERRORS if EXIT_JOB_ERRORS in codes else EXIT_OK
+    if EXIT_JOB_ERRORS in codes:
+        return EXIT_JOB_ERRORS
+    # Permanent-only when no checkpoint graded anything; else the table has figures.
+    return EXIT_PERMANENT_ONLY if codes and all(c == EXIT_PERMANENT_ONLY for c in codes) else EXIT_OK
 
 
 async def _probe(checkpoint: Checkpoint, llm: LLMConfig, simulators: dict[str, bool]) -> None:

@@ -140,10 +140,11 @@ def summarise(
     pairs = [(n, c) for n, c in per_task.values() if n >= k]  # one task set for both
     final = counts["succeeded"] + counts["failed"] + counts["infra_error"] + counts["cancelled"]
     finals: dict[str, Counter[str]] = defaultdict(Counter)
+    permanent_of: Counter[str] = Counter()  # kept apart: a permanent error is also `failed`
     for row in store.rows(stage=stage):
         if row.task in names and row.status in ("succeeded", "failed", "infra_error", "cancelled"):
             finals[row.harness][row.status] += 1
-            finals[row.harness]["permanent"] += is_permanent_error(row.error)
+            permanent_of[row.harness] += is_permanent_error(row.error)
     harnesses: dict[str, HarnessSummary] = {}
     for harness in sorted({h for _, h in per_task} | set(finals)):
         mine = {t: nc for (t, h), nc in per_task.items() if h == harness}
@@ -156,7 +157,7 @@ def summarise(
             pass_at_1=mean_pass_at_k(own_pairs, 1),
             pass_at_k=mean_pass_at_k(own_pairs, k),
             pass_at_k_tasks=len(own_pairs),
-            permanent_errors=finals[harness]["permanent"],
+            permanent_errors=permanent_of[harness],
         )
     causes: dict[str, str] = {}
     for row in permanent:

@@ -1,30 +1,72 @@
-"""Multi-container tasks: a Harbor task's ``environment/docker-compose.yaml``, parsed into a
-frozen :class:`ComposeSpec` of the subset this engine runs, everything else refused by name.
+"""Multi-container tasks: a Harbor task's ``environment/docker-compose.yaml`` or a legacy
+terminal-bench task's root ``docker-compose.yaml``, parsed into a frozen
+:class:`ComposeSpec` of the subset this engine runs, everything else refused by name.
 
-Harbor (its Docker environment) runs ``docker compose`` with its own base files first and
-the task's file last: the agent's container is the service named ``main`` (built from
-``environment/`` with its ``Dockerfile`` unless the task's file says otherwise), the
-project directory is ``environment/``, and ``${VAR}`` in the file is filled from Harbor's
-variables (``CONTEXT_DIR``, ``MAIN_IMAGE_NAME``, ``CPUS``, ``MEMORY``, ``ENV_*_PATH``) and
-the task's ``[environment].env``. The same holds here, without a subprocess: the pool
-builds each service's image through the task-image path (offline, ``FROM ${BASE_IMAGE}``),
-puts every service on one private per-episode network (internal: no route out) under its
-service name, starts them in ``depends_on`` order and makes ``main`` the episode's sandbox.
+Harbor 0.26 (its Docker environment) runs ``docker compose`` with its own base files first
+and the task's file last: the agent's container is the service named ``main`` (built from
+``environment/`` with its ``Dockerfile`` unless the task's file says otherwise), the project
+directory is ``environment/``. terminal-bench 0.2.18 runs the task's own file alone: the
+agent's container is the service named ``client``, the project directory is the task's.
+The same holds here, without a subprocess: the pool builds each service's image through the
+task-image path (offline, ``FROM ${BASE_IMAGE}``), puts every service on one private
+per-episode network (internal: no route out) under its service name, starts them in
+``depends_on`` order and makes the agent's service the episode's sandbox (inside the spec
+it is always called ``main``; a terminal-bench ``client`` also answers to ``client``).
 
-Supported, per service: ``build`` (a context path, or ``context``/``dockerfile``/``args``),
-``image`` (must already be on the Docker host: nothing is pulled), ``environment``,
-``command``, ``entrypoint``, ``working_dir``, ``user``, ``hostname``, ``depends_on`` (list, or
-map with ``condition`` ``service_started``/``service_healthy``/
-``service_completed_successfully``), ``healthcheck`` and ``networks`` (names declared at the
-top level, with ``aliases``; all of them are the one private network). Ignored, because
-they mean nothing on a private network of one episode: ``expose``, ``ports`` (never
-published on the host), ``container_name`` (concurrent episodes would collide),
-``restart``, ``tty``, ``stdin_open``, ``init``, ``pull_policy`` and ``x-*`` extension fields.
-Anything else (``volumes``, ``privileged``, ``network_mode``, ``cap_add``, ``devices`` …) is
-refused when the task loads, in one line naming the task, the file and the key.
+Variables (``${VAR}``, ``$VAR``, ``${VAR:-default}``, ``${VAR:?error}``, ``$$``) are filled
+the way each tool fills them (:func:`compose_variables`, recorded from their code):
 
-The ``main`` service runs the agent's shell, so its ``command``, ``entrypoint`` and ``user``
-are refused: it always sleeps like every sandbox, as Harbor's ``sleep infinity``.
+- Harbor 0.26 (``environments/docker/compose_env.py``, ``ComposeInfraEnvVars``):
+  ``MAIN_IMAGE_NAME``, ``CONTEXT_DIR``, ``CPUS``, ``MEMORY``, ``PREBUILT_IMAGE_NAME`` (only
+  with ``docker_image``), and for task-authored log mounts ``HOST_{VERIFIER_LOGS,AGENT_LOGS,
+  ARTIFACTS}_PATH`` / ``ENV_…_PATH``; the task's ``[environment].env`` is merged *under*
+  them (``merge_compose_env``: Harbor's own names win a collision).
+- terminal-bench 0.2.18 (``terminal/docker_compose_manager.py``, ``DockerComposeEnvVars``):
+  ``T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME``, ``T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME``,
+  ``T_BENCH_TASK_DOCKER_NAME_PREFIX``, ``T_BENCH_CONTAINER_LOGS_PATH`` (``/logs``),
+  ``T_BENCH_CONTAINER_AGENT_LOGS_PATH`` (``/agent-logs``), ``T_BENCH_TEST_DIR`` (``/tests``),
+  ``T_BENCH_TASK_LOGS_PATH``, ``T_BENCH_TASK_AGENT_LOGS_PATH``.
+
+An unset variable becomes an empty string, as ``docker compose`` makes it under both tools.
+One difference: both tools also pass the host's whole environment; here it is never used,
+so a task does not change with the shell that runs it.
+
+Supported, per service: ``build`` (a context path, or ``context``/``dockerfile``/``args``/
+``target``), ``image`` (must already be on the Docker host: nothing is pulled; beside a
+``build`` it only names the built image, as in compose), ``environment``, ``command``,
+``entrypoint``, ``working_dir``, ``user``, ``hostname``, ``depends_on`` (list, or map with
+``condition`` ``service_started``/``service_healthy``/``service_completed_successfully``),
+``healthcheck``, ``networks`` (names declared at the top level, with ``aliases``; all of
+them are the one private network) and ``deploy.resources.limits`` (``cpus``, ``memory``).
+The base keys Harbor's and terminal-bench's templates restate are taken with their meaning
+here:
+
+- log mounts (``${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}`` and the agent and
+  artifacts ones; terminal-bench's ``${T_BENCH_TASK_LOGS_PATH}:${T_BENCH_CONTAINER_LOGS_PATH}``
+  and its agent-logs one) on the agent's service are dropped: the verifier's logs are read
+  from the container by our verifier, nothing is bound from the host;
+- ``deploy.resources.limits`` map to ours: on the agent's service ``${CPUS}``/``${MEMORY}``
+  restate the task's limits, a literal value sets them (and must agree with
+  ``[environment]``); on another service they are its container's limits;
+- ``network_mode: none`` is what every service here has anyway (no route out); the service
+  still joins the episode's private network;
+- a keep-alive ``command`` on the agent's service (``sleep infinity``, ``tail -f
+  /dev/null``, either under ``sh -c``) is replaced by ours, which is the same.
+
+Ignored, because they mean nothing on a private network of one episode: ``expose``,
+``ports`` (never published on the host), ``container_name`` (concurrent episodes would
+collide), ``restart``, ``tty``, ``stdin_open``, ``init``, ``pull_policy`` and ``x-*``
+extension fields. Anything else (other ``volumes``, ``privileged``, another
+``network_mode``, ``cap_add``, ``devices`` …) is refused when the task loads, in one line
+naming the task, the file and the key.
+
+The agent's service runs the agent's shell, so any other ``command``, and its
+``entrypoint`` and ``user``, are refused: it always sleeps like every sandbox.
+
+A terminal-bench file whose only service is ``client``, built from the task's own
+``Dockerfile`` (as the template every terminal-bench task ships), is no multi-container
+task: :func:`task_compose` returns None for it and the task runs as a plain sandbox, the
+service's ``environment`` (``TEST_DIR``) given to it through ``Task.env`` by the loader.
 """
 
 from __future__ import annotations
@@ -42,8 +84,12 @@ from ..errors import TaskError
 from ..schema import Task
 
 __all__ = [
+    "AGENT_SERVICES",
     "COMPOSE_FILE",
+    "HARBOR_UNSET_VARIABLES",
+    "HARBOR_VARIABLES",
     "MAIN_SERVICE",
+    "TERMINAL_BENCH_VARIABLES",
     "ComposeService",
     "ComposeSpec",
     "Dependency",
@@ -51,31 +97,69 @@ __all__ = [
     "compose_file",
     "compose_variables",
     "load_compose",
+    "plain_client_environment",
     "task_compose",
 ]
 
 COMPOSE_FILE = "docker-compose.yaml"
-"""The file Harbor looks for in a task's ``environment/``."""
+"""The file Harbor looks for in a task's ``environment/``, terminal-bench in the task's root."""
 MAIN_SERVICE = "main"
-"""Harbor's name for the service the agent works in."""
+"""Harbor's name for the service the agent works in; every spec calls it so."""
+AGENT_SERVICES = {"harbor": "main", "terminal-bench": "client"}
+"""The agent's service, by task format: Harbor's ``main``, terminal-bench's ``client``."""
+
+HARBOR_VARIABLES = (
+    "MAIN_IMAGE_NAME", "CONTEXT_DIR", "PREBUILT_IMAGE_NAME", "CPUS", "MEMORY",
+    "HOST_VERIFIER_LOGS_PATH", "ENV_VERIFIER_LOGS_PATH", "HOST_AGENT_LOGS_PATH",
+    "ENV_AGENT_LOGS_PATH", "HOST_ARTIFACTS_PATH", "ENV_ARTIFACTS_PATH",
+)
+"""What Harbor 0.26 sets for a task's compose file (``ComposeInfraEnvVars`` and
+``legacy_log_mount_env_vars``; the egress-control ones only with a network allowlist,
+which is refused here). Checked against Harbor's code by ``scripts/record_harbor_task_keys.py``."""
+HARBOR_UNSET_VARIABLES = (
+    "EGRESS_CONTROL_SIDECAR_IMAGE_NAME", "EGRESS_CONTROL_INITIAL_NETWORK_MODE",
+    "EGRESS_CONTROL_INITIAL_ALLOWED_HOSTS",
+)
+"""Harbor sets these only for its egress-control sidecar (a network allowlist), which
+this engine refuses: here they are unset, so blank, as under Harbor without one."""
+TERMINAL_BENCH_VARIABLES = (
+    "T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME", "T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME",
+    "T_BENCH_TASK_DOCKER_NAME_PREFIX", "T_BENCH_CONTAINER_LOGS_PATH",
+    "T_BENCH_CONTAINER_AGENT_LOGS_PATH", "T_BENCH_TEST_DIR", "T_BENCH_TASK_LOGS_PATH",
+    "T_BENCH_TASK_AGENT_LOGS_PATH",
+)
+"""What terminal-bench 0.2.18 sets (``DockerComposeEnvVars``), likewise checked."""
+
+# Host side, container side of the log mounts each tool's template writes (raw text).
+_LOG_MOUNTS = {
+    "harbor": frozenset(
+        f"${{HOST_{kind}_PATH}}:${{ENV_{kind}_PATH}}"
+        for kind in ("VERIFIER_LOGS", "AGENT_LOGS", "ARTIFACTS")
+    ),
+    "terminal-bench": frozenset({
+        "${T_BENCH_TASK_LOGS_PATH}:${T_BENCH_CONTAINER_LOGS_PATH}",
+        "${T_BENCH_TASK_AGENT_LOGS_PATH}:${T_BENCH_CONTAINER_AGENT_LOGS_PATH}",
+    }),
+}
+_KEEP_ALIVE = (("sleep", "infinity"), ("tail", "-f", "/dev/null"))
+_SHELLS = frozenset({"sh", "bash", "/bin/sh", "/bin/bash"})
 
 Condition = Literal["service_started", "service_healthy", "service_completed_successfully"]
 
 _SERVICE_KEYS = frozenset({
     "build", "image", "environment", "command", "entrypoint", "working_dir", "user",
-    "hostname", "depends_on", "healthcheck", "networks",
+    "hostname", "depends_on", "healthcheck", "networks", "volumes", "deploy", "network_mode",
 })
 _IGNORED_SERVICE_KEYS = frozenset({
     "expose", "ports", "container_name", "restart", "tty", "stdin_open", "init", "pull_policy",
 })
 _MAIN_REFUSED = {
-    "command": "the main service runs the agent's shell and always sleeps",
-    "entrypoint": "the main service runs the agent's shell and always sleeps",
+    "entrypoint": "the agent's service runs the agent's shell and always sleeps",
     "user": "the agent's shell runs as root, as under Harbor's main service",
-    "healthcheck": "nothing waits for the main service",
+    "healthcheck": "nothing waits for the agent's service",
 }
 _TOP_KEYS = frozenset({"services", "networks", "version", "name"})
-_BUILD_KEYS = frozenset({"context", "dockerfile", "args"})
+_BUILD_KEYS = frozenset({"context", "dockerfile", "args", "target"})
 _HEALTH_KEYS = frozenset({"test", "interval", "timeout", "retries", "start_period", "disable"})
 _NETWORK_KEYS = frozenset({"driver", "internal"})
 _CONDITIONS: tuple[Condition, ...] = (
@@ -129,6 +213,8 @@ class ComposeService(msgspec.Struct, frozen=True, kw_only=True):
     dockerfile: str = "Dockerfile"
     """Relative to the build context."""
     build_args: dict[str, str] = msgspec.field(default_factory=dict)
+    build_target: str | None = None
+    """The Dockerfile stage to build (``build.target``), None for the last."""
     image: str | None = None
     """The image to run when there is no ``build`` (never pulled)."""
     environment: dict[str, str] = msgspec.field(default_factory=dict)
@@ -141,6 +227,10 @@ class ComposeService(msgspec.Struct, frozen=True, kw_only=True):
     """Names it answers to on the private network (its service name first)."""
     depends_on: tuple[Dependency, ...] = ()
     healthcheck: Healthcheck | None = None
+    cpus: float | None = None
+    """``deploy.resources.limits.cpus``; None: the sandbox default (on ``main``: the task's)."""
+    memory_mb: int | None = None
+    """``deploy.resources.limits.memory`` in MiB; None likewise."""
 
 
 class ComposeSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,6 +239,8 @@ class ComposeSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     path: str
     services: tuple[ComposeService, ...]
+    agent_service: str = MAIN_SERVICE
+    """The file's own name for the agent's service (``main`` or terminal-bench's ``client``)."""
 
     @property
     def main(self) -> ComposeService:
@@ -164,39 +256,100 @@ class ComposeSpec(msgspec.Struct, frozen=True, kw_only=True):
         """The service called ``name``."""
         return next(s for s in self.services if s.name == name)
 
+    def is_plain(self, context: Path) -> bool:
+        """True when this is a single agent's service built from ``context``'s own
+        ``Dockerfile`` with nothing else: what a plain sandbox of that task already is
+        (but for the service's ``environment``)."""
+        if len(self.services) != 1:
+            return False
+        main = self.main
+        return (
+            main.build_context == str(context.resolve())
+            and main.dockerfile == "Dockerfile"
+            and not main.build_args
+            and main.build_target is None
+            and main.working_dir is None
+            and main.hostname is None
+            and main.cpus is None
+            and main.memory_mb is None
+            and main.aliases == (self.agent_service,)
+        )
+
 
 def compose_file(task: Task) -> Path | None:
-    """The task's ``docker-compose.yaml`` when it is a Harbor compose task, else None."""
-    if task.format != "harbor" or not task.environment_dir:
+    """The task's ``docker-compose.yaml`` (Harbor: in ``environment/``; terminal-bench: in
+    the task's directory, which is its ``environment_dir``), None when it has none."""
+    if task.format not in AGENT_SERVICES or not task.environment_dir:
         return None
     path = Path(task.environment_dir) / COMPOSE_FILE
     return path if path.is_file() else None
 
 
+def _image_name(text: str) -> str:
+    return re.sub(r"[^a-z0-9._-]", "-", text.lower())
+
+
 def compose_variables(task: Task, *, cpus: float = 1.0, memory_mb: int = 2048) -> dict[str, str]:
-    """What ``${VAR}`` may name: Harbor's compose variables and the task's env (the task's
-    win, as in Harbor). The host's own environment is not used: a task must not change
-    with the shell that runs it. Host log paths do not exist here (nothing is bound)."""
+    """What ``${VAR}`` may name, as the task's tool would set it.
+
+    Harbor: its infrastructure variables over the task's ``[environment].env`` (Harbor's
+    names win, as in its ``merge_compose_env``). terminal-bench: its ``T_BENCH_*`` set.
+    The host's own environment is not used (both tools pass it; a task must not change
+    with the shell that runs it). Host log paths are empty: nothing is bound from the
+    host, and the log mounts that name them are dropped by the parser."""
     env_dir = str(Path(task.environment_dir or task.path).resolve())
-    variables = {
+    if task.format == "terminal-bench":
+        # trial_handler: docker_image_name_prefix = f"tb__{task_id}".replace(".", "-").
+        prefix = f"tb__{task.name}".replace(".", "-")
+        return {
+            "T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME": f"{prefix}__client",
+            "T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME": task.name.replace(".", "-"),
+            "T_BENCH_TASK_DOCKER_NAME_PREFIX": prefix,
+            "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
+            "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/agent-logs",
+            "T_BENCH_TEST_DIR": "/tests",
+            "T_BENCH_TASK_LOGS_PATH": "",
+            "T_BENCH_TASK_AGENT_LOGS_PATH": "",
+        }
+    variables = dict(task.env)
+    variables.update({
         "CONTEXT_DIR": env_dir,
-        "MAIN_IMAGE_NAME": "hb__" + re.sub(r"[^a-z0-9._-]", "-", task.name.lower()),
+        "MAIN_IMAGE_NAME": "hb__" + _image_name(task.name),
         "CPUS": f"{task.cpus or cpus:g}",
         "MEMORY": f"{task.memory_mb or memory_mb}M",
+        "HOST_VERIFIER_LOGS_PATH": "",
+        "HOST_AGENT_LOGS_PATH": "",
+        "HOST_ARTIFACTS_PATH": "",
         "ENV_VERIFIER_LOGS_PATH": "/logs/verifier",
         "ENV_AGENT_LOGS_PATH": "/logs/agent",
         "ENV_ARTIFACTS_PATH": "/logs/artifacts",
-    }
-    variables.update(task.env)
+    })
+    if task.docker_image:
+        variables["PREBUILT_IMAGE_NAME"] = task.docker_image
     return variables
 
 
-def task_compose(task: Task) -> ComposeSpec | None:
-    """The task's parsed compose file, or None when it has none (raises :class:`TaskError`)."""
+def task_compose(task: Task, *, cpus: float = 1.0, memory_mb: int = 2048) -> ComposeSpec | None:
+    """The task's parsed compose file, or None when it has none or when it is a
+    terminal-bench file that is only the plain ``client`` (raises :class:`TaskError`)."""
     path = compose_file(task)
     if path is None:
         return None
-    return load_compose(path, task=task, variables=compose_variables(task))
+    spec = load_compose(path, task=task, variables=compose_variables(task, cpus=cpus, memory_mb=memory_mb))
+    if task.format == "terminal-bench" and spec.is_plain(Path(task.path)):
+        return None
+    return spec
+
+
+def plain_client_environment(task: Task) -> dict[str, str] | None:
+    """For a terminal-bench task whose compose file is only the plain ``client``: that
+    service's ``environment`` (the loader gives it to the sandbox as ``Task.env``). None
+    for any other task."""
+    path = compose_file(task)
+    if path is None or task.format != "terminal-bench":
+        return None
+    spec = load_compose(path, task=task, variables=compose_variables(task))
+    return dict(spec.main.environment) if spec.is_plain(Path(task.path)) else None
 
 
 def load_compose(path: Path, *, task: Task, variables: Mapping[str, str]) -> ComposeSpec:
@@ -213,6 +366,8 @@ _VARIABLE = re.compile(
 )
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?", re.IGNORECASE)
+_SIZE_MB = {"": 1 / (1024 * 1024), "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
 
 
 class _Parser:
@@ -222,6 +377,7 @@ class _Parser:
         self.variables = variables
         self.env_dir = path.parent.resolve()
         self.task_dir = Path(task.path).resolve()
+        self.agent = AGENT_SERVICES.get(task.format, MAIN_SERVICE)
 
     def error(self, where: str, message: str) -> TaskError:
         return TaskError(f"{COMPOSE_FILE}: {where}: {message}", task=self.task.name, path=str(self.path))
@@ -244,10 +400,31 @@ class _Parser:
         for name, body in raw_services.items():
             if not isinstance(name, str) or not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", name):
                 raise self.error(f"services.{name}", "a service name must be letters, digits, '_', '.', '-'")
+            if name == MAIN_SERVICE and self.agent != MAIN_SERVICE:
+                raise self.error(f"services.{name}", f"the agent's service is {self.agent!r} in this "
+                                 "format; a service may not be called 'main' beside it")
             services[name] = self.service(name, body, networks)
-        if MAIN_SERVICE not in services:
+        if self.agent not in services:
+            if self.agent != MAIN_SERVICE:
+                raise self.error("services", f"no {self.agent!r} service: terminal-bench runs the agent in it")
             services[MAIN_SERVICE] = self.service(MAIN_SERVICE, {}, networks)
-        return ComposeSpec(path=str(self.path), services=self.ordered(services))
+        if self.agent != MAIN_SERVICE:
+            services = self.rename_agent(services)
+        return ComposeSpec(path=str(self.path), services=self.ordered(services), agent_service=self.agent)
+
+    def rename_agent(self, services: dict[str, ComposeService]) -> dict[str, ComposeService]:
+        """terminal-bench's ``client`` becomes ``main`` (what the pool runs the agent in),
+        still answering to ``client`` on the network."""
+        renamed: dict[str, ComposeService] = {}
+        for name, service in services.items():
+            deps = tuple(
+                Dependency(service=MAIN_SERVICE if d.service == self.agent else d.service,
+                           condition=d.condition)
+                for d in service.depends_on
+            )
+            new_name = MAIN_SERVICE if name == self.agent else name
+            renamed[new_name] = msgspec.structs.replace(service, name=new_name, depends_on=deps)
+        return renamed
 
     def networks(self, raw: object) -> frozenset[str]:
         table = self.mapping(raw, "networks")
@@ -264,34 +441,50 @@ class _Parser:
 
     def service(self, name: str, body: object, networks: frozenset[str]) -> ComposeService:
         where = f"services.{name}"
-        table = self.mapping(self.interpolate(body, where), where)
-        self.refuse_unknown(table, where, _SERVICE_KEYS | _IGNORED_SERVICE_KEYS)
-        if name == MAIN_SERVICE:
+        is_agent = name == self.agent
+        raw = self.mapping(body, where)
+        self.refuse_unknown(raw, where, _SERVICE_KEYS | _IGNORED_SERVICE_KEYS)
+        # Read before interpolation: whether a value restates the template is in its text.
+        self.volumes(raw.get("volumes"), f"{where}.volumes", is_agent=is_agent)
+        restated = self.restated_limits(raw.get("deploy"), f"{where}.deploy")
+        table = self.mapping(self.interpolate(raw, where), where)
+        if is_agent:
             for key, why in _MAIN_REFUSED.items():
                 if key in table:
                     raise self.error(f"{where}.{key}", f"not supported: {why}")
-        context, dockerfile, args = self.build(table.get("build"), f"{where}.build")
+            command = self.argv(table.get("command"), f"{where}.command")
+            if command is not None and not _keeps_alive(command):
+                raise self.error(
+                    f"{where}.command",
+                    "not supported: the agent's service runs the agent's shell and always "
+                    "sleeps (only a keep-alive such as `sleep infinity` is accepted, and replaced by ours)",
+                )
+        self.network_mode(table.get("network_mode"), f"{where}.network_mode")
+        cpus, memory_mb = self.limits(table.get("deploy"), f"{where}.deploy", restated)
+        context, dockerfile, args, target = self.build(table.get("build"), f"{where}.build")
         image = self.string(table.get("image"), f"{where}.image")
+        if context is None and is_agent and (self.env_dir / "Dockerfile").is_file():
+            # Harbor's base file builds main from environment/ (an `image:` beside it only
+            # names the result); terminal-bench's template builds client from the task's.
+            context = str(self.env_dir)
         if context is None and image is None:
-            if name != MAIN_SERVICE:
+            if not is_agent:
                 raise self.error(where, "needs build or image")
-            if (self.env_dir / "Dockerfile").is_file():
-                context = str(self.env_dir)  # Harbor's build file: main builds from environment/
-            elif self.task.docker_image:
+            if self.task.docker_image:
                 image = self.task.docker_image
             else:
                 raise self.error(
-                    f"services.{MAIN_SERVICE}",
-                    "no build or image, and no environment/Dockerfile or docker_image to build it from",
+                    where, "no build or image, and no Dockerfile or docker_image to build it from",
                 )
         return ComposeService(
             name=name,
             build_context=context,
             dockerfile=dockerfile,
             build_args=args,
+            build_target=target,
             image=None if context is not None else image,
             environment=self.str_map(table.get("environment"), f"{where}.environment"),
-            command=self.argv(table.get("command"), f"{where}.command"),
+            command=None if is_agent else self.argv(table.get("command"), f"{where}.command"),
             entrypoint=self.argv(table.get("entrypoint"), f"{where}.entrypoint"),
             working_dir=self.string(table.get("working_dir"), f"{where}.working_dir"),
             user=self.string(table.get("user"), f"{where}.user"),
@@ -299,11 +492,79 @@ class _Parser:
             aliases=(name, *self.aliases(table.get("networks"), f"{where}.networks", networks)),
             depends_on=self.depends_on(table.get("depends_on"), f"{where}.depends_on"),
             healthcheck=self.healthcheck(table.get("healthcheck"), f"{where}.healthcheck"),
+            cpus=cpus,
+            memory_mb=memory_mb,
         )
 
-    def build(self, raw: object, where: str) -> tuple[str | None, str, dict[str, str]]:
+    def volumes(self, raw: object, where: str, *, is_agent: bool) -> None:
+        """Only the template's log mounts, on the agent's service: dropped (ours)."""
         if raw is None:
-            return None, "Dockerfile", {}
+            return
+        if not isinstance(raw, list):
+            raise self.error(where, f"expected a list, got {type(raw).__name__}")
+        allowed = _LOG_MOUNTS.get(self.task.format, frozenset())
+        for index, entry in enumerate(raw):
+            text = entry.strip() if isinstance(entry, str) else None
+            if text is not None and text.endswith((":rw", ":ro")):
+                text = text[:-3]
+            if not is_agent or text not in allowed:
+                raise self.error(
+                    f"{where}[{index}]",
+                    f"{entry!r}: not supported (nothing is mounted from the host; only the "
+                    f"template's log mounts on the agent's service are accepted: {', '.join(sorted(allowed))})",
+                )
+
+    def restated_limits(self, raw: object, where: str) -> frozenset[str]:
+        """Which limits are written as Harbor's ``${CPUS}``/``${MEMORY}``."""
+        limits = self.mapping(self.mapping(self.mapping(raw, where).get("resources"), f"{where}.resources")
+                              .get("limits"), f"{where}.resources.limits")
+        return frozenset(
+            key for key, variable in (("cpus", "${CPUS}"), ("memory", "${MEMORY}"))
+            if str(limits.get(key, "")).strip() == variable
+        )
+
+    def limits(self, raw: object, where: str, restated: frozenset[str]) -> tuple[float | None, int | None]:
+        deploy = self.mapping(raw, where)
+        self.refuse_unknown(deploy, where, frozenset({"resources"}))
+        resources = self.mapping(deploy.get("resources"), f"{where}.resources")
+        self.refuse_unknown(resources, f"{where}.resources", frozenset({"limits"}),
+                            hint="only limits map to this engine's containers")
+        limits = self.mapping(resources.get("limits"), f"{where}.resources.limits")
+        self.refuse_unknown(limits, f"{where}.resources.limits", frozenset({"cpus", "memory"}))
+        cpus: float | None = None
+        memory_mb: int | None = None
+        if "cpus" in limits and "cpus" not in restated:
+            try:
+                cpus = float(limits["cpus"])
+            except (TypeError, ValueError):
+                cpus = 0.0
+            if not (0 < cpus < float("inf")):
+                raise self.error(f"{where}.resources.limits.cpus", f"expected a number > 0, got {limits['cpus']!r}")
+        if "memory" in limits and "memory" not in restated:
+            memory_mb = self.memory(limits["memory"], f"{where}.resources.limits.memory")
+        return cpus, memory_mb
+
+    def memory(self, raw: object, where: str) -> int:
+        text = str(raw).strip()
+        match = _SIZE.fullmatch(text)
+        mb = int(float(match[1]) * _SIZE_MB[match[2].lower()]) if match else 0
+        if mb < 1:
+            raise self.error(where, f"{raw!r} is not a size of at least 1M such as 512M or 2G")
+        return mb
+
+    def network_mode(self, raw: object, where: str) -> None:
+        if raw is None:
+            return
+        if raw != "none":
+            raise self.error(
+                where,
+                f"{raw!r} is not supported (only \"none\": every service here has no route out "
+                "and shares the episode's private network)",
+            )
+
+    def build(self, raw: object, where: str) -> tuple[str | None, str, dict[str, str], str | None]:
+        if raw is None:
+            return None, "Dockerfile", {}, None
         if isinstance(raw, str):
             raw = {"context": raw}
         table = self.mapping(raw, where)
@@ -321,7 +582,13 @@ class _Parser:
         if not resolved.is_file():
             raise self.error(f"{where}.dockerfile", f"{resolved.relative_to(self.task_dir)} is missing")
         args = self.str_map(table.get("args"), f"{where}.args")
-        return str(context), resolved.relative_to(context).as_posix(), args
+        target = self.string(table.get("target"), f"{where}.target") or None
+        if target is not None and not re.search(
+            rf"^\s*FROM\s+\S+\s+AS\s+{re.escape(target)}\s*$",
+            resolved.read_text(encoding="utf-8", errors="replace"), re.IGNORECASE | re.MULTILINE,
+        ):
+            raise self.error(f"{where}.target", f"{resolved.name} has no stage named {target!r}")
+        return str(context), resolved.relative_to(context).as_posix(), args, target
 
     def aliases(self, raw: object, where: str, declared: frozenset[str]) -> tuple[str, ...]:
         if raw is None:
@@ -483,7 +750,8 @@ class _Parser:
 
     def interpolate(self, raw: object, where: str) -> object:
         """Fill ``${VAR}``/``$VAR`` (with ``:-``/``-`` defaults and ``:?``/``?`` errors) in
-        every string; ``$$`` is a ``$``. An unset variable without a default is refused."""
+        every string; ``$$`` is a ``$``. An unset variable without a default is empty, as
+        ``docker compose`` makes it."""
         if isinstance(raw, str):
             return _VARIABLE.sub(lambda match: self.substitute(match, where), raw)
         if isinstance(raw, list):
@@ -505,10 +773,7 @@ class _Parser:
                 return arg
             if op in ("?", ":?"):
                 raise self.error(where, f"${{{name}}}: {arg or 'must be set'}")
-            raise self.error(
-                where,
-                f"variable {name} is not set (give it in task.toml [environment].env, or write $$ for a literal $)",
-            )
+            return ""  # docker compose's blank string for an unset variable, under both tools
         return value
 
 
@@ -516,3 +781,16 @@ def _scalar(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _keeps_alive(argv: tuple[str, ...]) -> bool:
+    """``sleep infinity`` / ``tail -f /dev/null``, bare or under ``sh -c``/``bash -c``:
+    the keep-alive Harbor's and terminal-bench's templates give the agent's service."""
+    if len(argv) == 3 and argv[0] in _SHELLS and argv[1] == "-c":
+        try:
+            argv = tuple(shlex.split(argv[2]))
+        except ValueError:
+            return False
+    if argv[:1] == ("exec",):
+        argv = argv[1:]
+    return argv in _KEEP_ALIVE

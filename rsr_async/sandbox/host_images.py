@@ -26,9 +26,7 @@ from .compose import (
     MAIN_SERVICE,
     ComposeService,
     ComposeSpec,
-    compose_file,
-    compose_variables,
-    load_compose,
+    task_compose,
 )
 from .container import docker_errors
 from .hosts import DockerHost
@@ -73,13 +71,9 @@ class HostImages:
         if cache_key not in self._compose:
 
             def parse() -> ComposeSpec | None:
-                path = compose_file(task)
-                if path is None:
-                    return None
-                variables = compose_variables(
+                return task_compose(
                     task, cpus=self.config.default_cpus, memory_mb=self.config.default_memory_mb
                 )
-                return load_compose(path, task=task, variables=variables)
 
             try:
                 self._compose[cache_key] = await anyio.to_thread.run_sync(parse)
@@ -174,7 +168,8 @@ class HostImages:
         # the same environment/Dockerfile reuses its cached image.
         label = None if service.name == MAIN_SERVICE else service.name
         args = "\0".join(f"{k}={v}" for k, v in sorted(service.build_args.items()))
-        key = f"{host.url}\0{task.name}\0{label}\0{service.build_context}\0{service.dockerfile}\0{args}"
+        key = (f"{host.url}\0{task.name}\0{label}\0{service.build_context}\0{service.dockerfile}"
+               f"\0{args}\0{service.build_target or ''}")
         context = Path(service.build_context)
 
         return await self._build_once(host, key, lambda: build_context_image(
@@ -183,6 +178,7 @@ class HostImages:
             context=context,
             dockerfile=service.dockerfile,
             build_args=service.build_args,
+            target=service.build_target,
             service=label,
             base_image=self.config.base_image,
             url=host.url,

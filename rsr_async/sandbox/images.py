@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import logging
 import os
 import posixpath
@@ -483,6 +484,35 @@ async def build_task_image(
     )
 
 
+def _build(
+    docker: aiodocker.Docker,
+    archive: bytes,
+    *,
+    tag: str,
+    buildargs: dict[str, str],
+    dockerfile: str,
+    target: str | None,
+    labels: dict[str, str],
+) -> Any:
+    """``images.build``'s stream; with ``target``, the same ``POST /build`` with the
+    Engine API's ``target`` parameter, which aiodocker 0.27's ``build`` does not pass."""
+    if target is None:
+        return docker.images.build(
+            fileobj=io.BytesIO(archive), encoding="identity", tag=tag, buildargs=buildargs,
+            path_dockerfile=dockerfile, rm=True, forcerm=True, labels=labels, stream=True,
+        )
+    params = {
+        "t": tag, "rm": "1", "forcerm": "1", "dockerfile": dockerfile, "target": target,
+        "buildargs": json.dumps(buildargs), "labels": json.dumps(labels),
+    }
+    response = docker._query(
+        "build", "POST", params=params, data=archive,
+        headers={"content-type": "application/x-tar", "Content-Encoding": "identity"},
+        timeout=None,
+    )
+    return docker.images._handle_response(response, True)  # type: ignore[no-untyped-call]
+
+
 async def build_context_image(
     docker: aiodocker.Docker,
     task: Task,
@@ -490,13 +520,15 @@ async def build_context_image(
     context: Path,
     dockerfile: str = "Dockerfile",
     build_args: dict[str, str] | None = None,
+    target: str | None = None,
     service: str | None = None,
     base_image: str,
     url: str,
     api_timeout_s: float,
     log_dir: Path | None = None,
 ) -> tuple[str, bool]:
-    """Build one image of ``task`` from ``context`` (its ``dockerfile``, relative to it)
+    """Build one image of ``task`` from ``context`` (its ``dockerfile``, relative to it;
+    ``target``: that stage, compose's ``build.target``)
     unless its content-hash tag exists: the task's own image, or with ``service`` one
     compose service's (its repository named from ``<task>/<service>``). ``BASE_IMAGE`` is always
     passed, so every image builds offline from the base; hidden tests and the solution
@@ -516,9 +548,11 @@ async def build_context_image(
     digest = await anyio.to_thread.run_sync(
         lambda: context_digest(env_dir, base_id=base_id, exclude=hidden)
     )
-    if dockerfile != "Dockerfile" or build_args:
+    if dockerfile != "Dockerfile" or build_args or target:
         # Only then: the tags of plain task images stay what they were.
         extra = f"{dockerfile}\0" + "\0".join(f"{k}={v}" for k, v in sorted(args.items()))
+        if target:
+            extra += f"\0target={target}"
         digest = hashlib.sha256(f"{digest}\0{extra}".encode()).hexdigest()
     # "/" never appears in a task name: task "a" service "b-c" and task "a-b" service "c"
     # get different repositories.
@@ -530,19 +564,17 @@ async def build_context_image(
     lines: list[str] = []
     try:
         with anyio.fail_after(task.build_timeout_s):
-            build = docker.images.build(
-                fileobj=io.BytesIO(archive),
-                encoding="identity",
+            build = _build(
+                docker,
+                archive,
                 tag=tag,
                 buildargs=args,
-                path_dockerfile=dockerfile,
-                rm=True,
-                forcerm=True,
+                dockerfile=dockerfile,
+                target=target,
                 labels={"rsr_async.task": task.name, "rsr_async.content": digest}
                 | ({"rsr_async.service": service} if service else {}),
-                stream=True,
             )
-            async with aclosing(build) as items:  # type: ignore[type-var]
+            async with aclosing(build) as items:
                 async for item in items:
                     text = item.get("stream") or item.get("status") or ""
                     if text:

@@ -584,9 +584,10 @@ class SandboxPool:
     def _service_config(
         self, task: Task, service: ComposeService, image: str, key: str
     ) -> dict[str, Any]:
-        """A sidecar: the sandbox's limits and privileges (the defaults, not the task's:
-        those are the agent's container's, as in Harbor), its own command and env."""
-        memory = self.config.default_memory_mb * 1024 * 1024
+        """A sidecar: the sandbox's privileges, its own ``deploy.resources.limits`` or else
+        the default limits (not the task's: those are the agent's container's, as in
+        Harbor), its own command and env."""
+        memory = (service.memory_mb or self.config.default_memory_mb) * 1024 * 1024
         config: dict[str, Any] = {
             "Image": image,
             "Hostname": service.hostname or service.name,
@@ -598,7 +599,7 @@ class SandboxPool:
             "Tty": False,
             "HostConfig": {
                 "Init": True,
-                "NanoCpus": int(self.config.default_cpus * 1e9),
+                "NanoCpus": int((service.cpus or self.config.default_cpus) * 1e9),
                 "Memory": memory,
                 "MemorySwap": memory,
                 "PidsLimit": self.config.pids_limit,

@@ -72,12 +72,20 @@ def _list_file_entries(file: Path) -> tuple[list[Path], list[TaskError]]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        entry = Path(os.path.expanduser(line))
-        entry = entry if entry.is_absolute() else file.parent / entry
+        given = Path(os.path.expanduser(line))
+        entry = given if given.is_absolute() else file.parent / given
         if entry.exists():
             entries.append(entry)
-        else:
+        elif given.is_absolute():
             errors.append(TaskError(f"line {number}: {line!r} does not exist", path=str(file)))
+        else:
+            # The usual surprise: a relative line is read against the list file's folder,
+            # not the current directory. Say so, with the path that was looked for.
+            errors.append(TaskError(
+                f"line {number}: {line!r} does not exist (a relative path is resolved against "
+                f"the list file's folder: looked for {os.path.abspath(entry)})",
+                path=str(file),
+            ))
     return entries, errors
 
 

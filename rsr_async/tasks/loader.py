@@ -30,8 +30,10 @@ than charged to a model or to the infrastructure later:
 - an instruction over :data:`MAX_INSTRUCTION_BYTES` (1 MiB);
 - a symlink anywhere in the task directory that resolves outside it (it would put a host
   file into the prompt, the stored trajectory, the image or the verifier);
-- an ``environment/docker-compose.yaml`` outside the supported subset
-  (:mod:`rsr_async.sandbox.compose`), named by key.
+- a ``docker-compose.yaml`` (Harbor: in ``environment/``; terminal-bench: in the task's
+  directory) outside the supported subset (:mod:`rsr_async.sandbox.compose`), named by key.
+- a ``task.toml`` key that :data:`~rsr_async.tasks.harbor_keys.HARBOR_TASK_KEYS` refuses,
+  a value it does not accept, or a key Harbor 0.26's schema does not have, named by key.
 """
 
 from __future__ import annotations
@@ -44,11 +46,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from ..errors import TaskError
-from ..sandbox.compose import task_compose
+from ..sandbox.compose import COMPOSE_FILE, plain_client_environment, task_compose
 from ..schema import CollectHook, Task
+from .harbor_keys import check_task_keys
 from .parsers import PARSERS
 
 __all__ = [
@@ -252,12 +256,26 @@ class _Fields:
         return tuple(str(v) for v in value)
 
 
+def _allow_internet(fields: _Fields) -> bool:
+    """Harbor 0.26's ``network_mode`` ("public" / "no-network"; the table refuses
+    "allowlist") decides when given, else the older ``allow_internet``; unset: no network."""
+    mode = fields.string("network_mode")
+    if mode is not None:
+        return mode == "public"
+    return fields.boolean("allow_internet", False)
+
+
 def _memory_mb(fields: _Fields) -> int | None:
     """``memory_mb = 2048`` or Harbor's older ``memory = "2G"`` form."""
-    mb = fields.integer("memory_mb")
+    return _size_mb(fields, "memory_mb", "memory")
+
+
+def _size_mb(fields: _Fields, key: str, legacy: str) -> int | None:
+    """``<key> = 2048`` (MiB) or Harbor's older ``<legacy> = "2G"`` form."""
+    mb = fields.integer(key)
     if mb is not None:
         return mb
-    text = fields.string("memory")
+    text = fields.string(legacy)
     if text is None:
         return None
     units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
@@ -267,7 +285,7 @@ def _memory_mb(fields: _Fields) -> int | None:
     except (ValueError, OverflowError):  # "nanG", "infG"
         mb = 0
     if mb < 1:
-        raise fields._bad("memory", 'a size of at least 1M, such as "2G" or memory_mb = 2048', text)
+        raise fields._bad(legacy, f'a size of at least 1M, such as "2G" or {key} = 2048', text)
     return mb
 
 
@@ -374,6 +392,7 @@ def _load_harbor(path: Path) -> Task:
     task_table = _Fields(data.get("task"), "task", dir_name, config_file)
     name, qualified_name = _harbor_name(task_table, dir_name)
     _refuse_steps(data, name, config_file)
+    check_task_keys(data, task=name, path=config_file)
     meta = _Fields(data.get("metadata"), "metadata", name, config_file)
     verifier = _Fields(data.get("verifier"), "verifier", name, config_file)
     agent = _Fields(data.get("agent"), "agent", name, config_file)
@@ -407,6 +426,12 @@ def _load_harbor(path: Path) -> Task:
     version = data.get("version")
     if version is not None:
         metadata["version"] = str(version)
+    # The rest of Harbor's [task] package record, and `source`: kept, never dropped.
+    for key, label in (("version", "package_version"), ("authors", "authors"), ("keywords", "keywords")):
+        if key in task_table.table:
+            metadata[label] = task_table.table[key]
+    if "source" in data:
+        metadata["source"] = str(data["source"])
 
     task = Task(
         name=name,
@@ -427,8 +452,8 @@ def _load_harbor(path: Path) -> Task:
         environment_dir=str(env_dir) if has_env else None,
         cpus=environment.number("cpus", None),
         memory_mb=_memory_mb(environment),
-        storage_mb=environment.integer("storage_mb"),
-        allow_internet=environment.boolean("allow_internet", False),
+        storage_mb=_size_mb(environment, "storage_mb", "storage"),
+        allow_internet=_allow_internet(environment),
         workdir=environment.string("workdir"),
         env=environment.str_map("env"),
         verifier_env=verifier.str_map("env"),
@@ -438,9 +463,40 @@ def _load_harbor(path: Path) -> Task:
         test_script="test.sh",
         solution_path=str(solution) if solution.is_file() else None,
     )
-    # A compose file outside the supported subset is refused now, by key, not at build.
-    task_compose(task)
-    return task
+    return _with_compose(task)
+
+
+# -- compose -------------------------------------------------------------------------
+
+
+def _with_compose(task: Task) -> Task:
+    """``task`` with what its compose file says of the agent's container, the file refused
+    now (by key) if it is outside the supported subset, not at build.
+
+    A terminal-bench file that is only the template's ``client`` gives its
+    ``environment`` (``TEST_DIR``) to the plain sandbox. Limits written on the agent's
+    service as literals (not Harbor's ``${CPUS}``/``${MEMORY}``) become the task's, and
+    must agree with ``[environment]`` where both are given."""
+    client_env = plain_client_environment(task)
+    if client_env is not None:
+        return msgspec.structs.replace(task, env={**client_env, **task.env})
+    spec = task_compose(task)
+    if spec is None:
+        return task
+    main = spec.main
+    where = f"{COMPOSE_FILE}: services.{spec.agent_service}.deploy.resources.limits"
+    changes: dict[str, Any] = {}
+    for key, ours, theirs in (("cpus", task.cpus, main.cpus), ("memory", task.memory_mb, main.memory_mb)):
+        if theirs is None:
+            continue
+        if ours is not None and ours != theirs:
+            raise TaskError(
+                f"{where}.{key}: {theirs:g} disagrees with task.toml [environment] ({ours:g}); "
+                "give the limit in one place",
+                task=task.name, path=spec.path,
+            )
+        changes["cpus" if key == "cpus" else "memory_mb"] = theirs
+    return msgspec.structs.replace(task, **changes) if changes else task
 
 
 # -- legacy terminal-bench -----------------------------------------------------------
@@ -500,7 +556,7 @@ def _load_legacy(path: Path) -> Task:
     solution = path / "solution.sh"
     labels = ("instruction", "descriptions", "category", "tags", "difficulty")
     metadata = {k: v for k, v in fields.table.items() if k not in labels}
-    return Task(
+    task = Task(
         name=name,
         path=str(path),
         qualified_name=name,
@@ -521,3 +577,4 @@ def _load_legacy(path: Path) -> Task:
         test_script="run-tests.sh",
         solution_path=str(solution) if solution.is_file() else None,
     )
+    return _with_compose(task)

@@ -13,11 +13,18 @@ import pytest
 
 from rsr_async.config import Config, EngineConfig, RunConfig, SandboxConfig
 from rsr_async.engine import Engine, Job, JobContext
-from rsr_async.errors import ContainerError
+from rsr_async.engine.signals import (
+    EXIT_JOB_ERRORS,
+    EXIT_OK,
+    EXIT_PERMANENT_ONLY,
+    exit_code,
+    permanent_only_code,
+)
+from rsr_async.errors import ContainerError, ImageError
 from rsr_async.harness.fakes import ReplayModel
 from rsr_async.llm.base import ChatMessage, ChatModel, Completion
 from rsr_async.rsr.episode import EpisodeRunner
-from rsr_async.rsr.summary import render_summary, summarise, write_summary
+from rsr_async.rsr.summary import RunSummary, render_summary, summarise, write_summary
 from rsr_async.sandbox import SandboxPool
 from rsr_async.schema import EpisodeResult, EpisodeSpec, JobKey, Task
 
@@ -164,3 +171,44 @@ async def test_a_run_with_graded_episodes_keeps_its_pass_at_figures(tmp_path: Pa
     assert summary.nothing_finished is None and summary.pass_at_k_tasks == 1
     cells = [str(c) for column in render_summary(summary).columns for c in column._cells]  # type: ignore[attr-defined]
     assert "0.000 over 1 tasks" in cells
+
+
+# -- permanent errors: counted once, and a run of nothing else says so in its exit code ---
+
+
+async def _bad_image_for_t0(job: Job, ctx: JobContext) -> EpisodeResult:
+    if job.spec.key.task == "t0":
+        raise ImageError("task 't0': image build failed: RUN false").as_permanent()
+    return EpisodeResult(key=job.spec.key, status="succeeded", end_reason="completed", reward=1.0)
+
+
+async def _run_permanent(tmp_path: Path, task_names: list[str]) -> tuple[RunSummary, int]:
+    tasks = [Task(name=name, path=str(tmp_path), instruction="-") for name in task_names]
+    jobs = [Job.episode(EpisodeSpec(key=JobKey(stage="discover", task=t.name, harness=h), task=t))
+            for t in tasks for h in ("terminus2", "rsrt")]
+    config = Config(run=RunConfig(concurrency=2),
+                    engine=EngineConfig(progress="none", infra_retries=2, store_batch_ms=10.0))
+    async with Engine(config, runner=_bad_image_for_t0, run_dir=tmp_path / "run") as engine:
+        [_ for _ in [r async for r in engine.run(jobs, stage="discover")]]
+        summary = summarise(engine.store, stage="discover", model="m", scripted_model=False,
+                            tasks=task_names, attempts=1, wall_s=1.0, episodes_this_run=len(jobs),
+                            peak_sandboxes=0)
+        return summary, exit_code(engine.statistics())
+
+
+async def test_permanent_errors_are_not_counted_twice_per_harness(tmp_path: Path) -> None:
+    summary, code = await _run_permanent(tmp_path, ["t0", "t1", "t2"])  # 6 episodes, 2 permanent
+    assert summary.episodes == 6 and summary.permanent_errors == 2
+    assert {h: s.episodes for h, s in summary.harnesses.items()} == {"rsrt": 3, "terminus2": 3}
+    assert {h: s.permanent_errors for h, s in summary.harnesses.items()} == {"rsrt": 1, "terminus2": 1}
+    assert sum(s.episodes for s in summary.harnesses.values()) == summary.episodes
+    assert code == EXIT_OK  # some episodes were graded: the summary names the bad task
+
+
+async def test_a_run_of_only_permanent_errors_has_its_own_exit_code(tmp_path: Path) -> None:
+    summary, code = await _run_permanent(tmp_path, ["t0"])
+    assert summary.permanent_errors == 2 and summary.succeeded + summary.failed == 0
+    assert {h: s.episodes for h, s in summary.harnesses.items()} == {"rsrt": 1, "terminus2": 1}
+    assert code == EXIT_PERMANENT_ONLY != EXIT_JOB_ERRORS
+    assert permanent_only_code(graded=summary.succeeded + summary.failed,
+                               permanent=summary.permanent_errors) == EXIT_PERMANENT_ONLY

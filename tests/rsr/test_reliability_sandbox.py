@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rsr_async.analysis.runs import store_rollouts
+from rsr_async.engine.signals import EXIT_PERMANENT_ONLY
 from rsr_async.engine.store import Store
 from rsr_async.errors import PERMANENT_PREFIX
 from rsr_async.rsr.runtime import run_id_for
@@ -64,8 +65,9 @@ def test_permanent_errors_are_tried_once_stored_apart_and_named(tmp_path: Path) 
     cmd = [sys.executable, "-m", "rsr_async", "run", "--dataset", str(dataset),
            "--run-dir", str(run_dir), "--progress", "none", "--attempts", "1"]
     out = subprocess.run(cmd, env=run_cli_env(), capture_output=True, text=True, timeout=300)
-    # Not 4 ("rerun to retry"): rerunning cannot help a task that is wrong.
-    assert out.returncode == 0, out.stderr[-3000:]
+    # Not 4 ("rerun to retry"): rerunning cannot help a task that is wrong; and not 0:
+    # nothing was graded, so the run has its own code (5).
+    assert out.returncode == EXIT_PERMANENT_ONLY, out.stderr[-3000:]
     with Store.open_readonly(run_dir / "run.db") as store:
         rows = {row.task: row for row in store.rows(stage="discover")}
         rollouts = store_rollouts(store)
@@ -85,6 +87,7 @@ def test_permanent_errors_are_tried_once_stored_apart_and_named(tmp_path: Path) 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["permanent_errors"] == 2
     assert sum(h["permanent_errors"] for h in summary["harnesses"].values()) == 2
+    assert sum(h["episodes"] for h in summary["harnesses"].values()) == summary["episodes"] == 2
     assert summary["failed"] == 0 and summary["infra_errors"] == 0  # not the model's failure
     assert summary["pass_at_k_tasks"] == 0  # no samples: pass@k is not computed over them
     assert set(summary["permanent_error_tasks"]) == {"bad-reference", "failing-dockerfile"}
@@ -94,7 +97,7 @@ def test_permanent_errors_are_tried_once_stored_apart_and_named(tmp_path: Path) 
 
     # A resume does not try them again either.
     again = subprocess.run(cmd, env=run_cli_env(), capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode == EXIT_PERMANENT_ONLY, again.stderr[-3000:]  # still nothing graded
     with Store.open_readonly(run_dir / "run.db") as store:
         assert all(row.tries == 1 for row in store.rows(stage="discover"))
     assert json.loads((run_dir / "summary.json").read_text())["episodes_this_run"] == 0

@@ -106,7 +106,35 @@ REFUSALS = {
     "service volumes": ("""
         services:
           db: {image: x, volumes: ["/etc:/host-etc"]}
-    """, "services.db.volumes: not supported"),
+    """, "services.db.volumes[0]: '/etc:/host-etc': not supported"),
+    "log mount on a sidecar": ("""
+        services:
+          db: {image: x, volumes: ["${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}"]}
+    """, "services.db.volumes[0]"),
+    "a main mount of another host path": ("""
+        services:
+          main: {volumes: ["${HOST_VERIFIER_LOGS_PATH}:/etc"]}
+    """, "services.main.volumes[0]"),
+    "deploy reservations": ("""
+        services:
+          db: {image: x, deploy: {resources: {reservations: {cpus: "1"}}}}
+    """, "services.db.deploy.resources.reservations: not supported"),
+    "deploy replicas": ("""
+        services:
+          db: {image: x, deploy: {replicas: 2}}
+    """, "services.db.deploy.replicas: not supported"),
+    "bad memory limit": ("""
+        services:
+          db: {image: x, deploy: {resources: {limits: {memory: lots}}}}
+    """, "services.db.deploy.resources.limits.memory: 'lots' is not a size"),
+    "main that serves": ("""
+        services:
+          main: {command: ["sh", "-c", "sleep infinity; python3 -m http.server"]}
+    """, "services.main.command: not supported"),
+    "missing build target": ("""
+        services:
+          main: {build: {context: ., target: nope}}
+    """, "services.main.build.target: Dockerfile has no stage named 'nope'"),
     "top-level volumes": ("""
         services: {db: {image: x}}
         volumes: {data: {}}
@@ -118,7 +146,7 @@ REFUSALS = {
     "network_mode": ("""
         services:
           db: {image: x, network_mode: host}
-    """, "services.db.network_mode: not supported"),
+    """, "services.db.network_mode: 'host' is not supported"),
     "main command": ("""
         services:
           main: {command: ["python3", "-m", "http.server"]}
@@ -141,10 +169,10 @@ REFUSALS = {
         services:
           db: {build: ../../..}
     """, "services.db.build.context: '../../..' leaves the task directory"),
-    "unset variable": ("""
+    "required variable": ("""
         services:
-          db: {image: x, command: "serve ${NOT_SET}"}
-    """, "variable NOT_SET is not set"),
+          db: {image: x, command: "serve ${NOT_SET:?give NOT_SET}"}
+    """, "${NOT_SET}: give NOT_SET"),
     "external network": ("""
         services: {db: {image: x}}
         networks: {outside: {external: true}}

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from rsr_async.sandbox.compose import task_compose
 from rsr_async.tasks import BUNDLED_SUITE, load_dataset, load_task
 
 
@@ -55,6 +56,9 @@ def test_missing_sources_and_bad_list_lines(tmp_path: Path, fixtures: Path) -> N
     assert [t.name for t in data.tasks] == ["full-harbor"]
     messages = [str(e) for e in data.errors]
     assert any("line 2" in m and "no/such/dir" in m for m in messages)
+    line2 = next(m for m in messages if "line 2" in m)
+    assert "resolved against the list file's folder" in line2
+    assert f"looked for {tmp_path / 'no/such/dir'}" in line2 and "\n" not in line2
     assert any("does not exist" in m and "absent" in m for m in messages)
 
 
@@ -75,14 +79,27 @@ def test_bundled_suite_meets_the_brief() -> None:
     assert len(domains) >= 8, domains
     assert {t.difficulty for t in tasks} == {"easy", "medium", "hard"}
     partial = 0
+    shapes: set[str] = set()
     for task in tasks:
         root = Path(task.path)
-        assert task.format == "harbor" and task.solution_path and task.workdir == "/app"
-        dockerfile = (root / "environment/Dockerfile").read_text().splitlines()
-        assert dockerfile[0].startswith("ARG BASE_IMAGE") and dockerfile[1] == "FROM ${BASE_IMAGE}"
-        assert "RUN apt" not in "\n".join(dockerfile) and "pip install" not in "\n".join(dockerfile)
-        test_sh = (root / "tests/test.sh").read_text()
-        partial += "PARTIAL = True" in test_sh  # the suite's checks then write reward.json
+        assert task.solution_path
+        spec = task_compose(task)
+        if task.format == "terminal-bench":
+            # terminal-bench's own client/server shape, with a healthcheck to wait on
+            assert spec is not None and spec.agent_service == "client"
+            assert any(d.condition == "service_healthy" for d in spec.main.depends_on)
+            shapes.add("terminal-bench client/server")
+        else:
+            assert task.format == "harbor" and task.workdir == "/app"
+            if spec is not None and "${CONTEXT_DIR}" in Path(spec.path).read_text():
+                shapes.add("harbor base compose")
+        for file in root.rglob("Dockerfile"):  # every image builds offline from the base
+            dockerfile = [line for line in file.read_text().splitlines() if not line.startswith("#")]
+            assert dockerfile[0].startswith("ARG BASE_IMAGE"), file
+            assert dockerfile[1] == "FROM ${BASE_IMAGE}" or dockerfile[1].startswith("FROM ${BASE_IMAGE} AS "), file
+            assert "RUN apt" not in "\n".join(dockerfile) and "pip install" not in "\n".join(dockerfile)
+        test_sh = root / "tests/test.sh"
+        partial += test_sh.is_file() and "PARTIAL = True" in test_sh.read_text()  # reward.json
         shebang, _, solution = Path(task.solution_path).read_text().partition("\n")
         assert shebang == "#!/bin/bash"
         # solve.sh is also typed into an interactive shell by the scripted stand-in model
@@ -95,6 +112,7 @@ def test_bundled_suite_meets_the_brief() -> None:
             if len(line.strip()) > 30 and line.strip() not in quoted:
                 assert line.strip() not in task.instruction, (task.name, line)
     assert partial >= 5
+    assert shapes == {"terminal-bench client/server", "harbor base compose"}
 
 
 def test_loading_is_fast() -> None:

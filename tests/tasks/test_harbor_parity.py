@@ -26,7 +26,9 @@ MULTI_STEP = {name for name, row in TASKS.items() if "error" not in row and row[
 
 def test_recording_is_harbor_0_25_and_covers_the_bundled_suite() -> None:
     assert RECORDING["harbor"] == "0.25.0"
-    bundled = {f"rsr_async/tasks/bundled/{p.name}" for p in Path(BUNDLED_SUITE).iterdir() if p.is_dir()}
+    # Harbor loads its own format; a bundled terminal-bench task is not Harbor's to load.
+    bundled = {f"rsr_async/tasks/bundled/{p.name}" for p in Path(BUNDLED_SUITE).iterdir()
+               if (p / "task.toml").is_file()}
     assert bundled and bundled <= set(TASKS)
     assert MULTI_STEP == {"tests/tasks/fixtures/multistep/two-steps"}
 

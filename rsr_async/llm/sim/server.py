@@ -458,6 +458,18 @@ class SimServer:
         step = _STREAM_CHUNK_TOKENS
         return ["".join(pieces[i:i + step]) for i in range(0, len(pieces), step)] or [""]
 
+    async def _begin(
+        self, request: web.Request
+    ) -> tuple[str | None, dict[str, Any], bool, web.StreamResponse | None]:
+        """A generation request's injected fault, body, whether it streams, and the
+        fault's response when one is due now (an error inside a stream when it streams)."""
+        fault = self._fault(request)
+        body = _decode(await request.read())
+        stream = bool(body.get("stream"))
+        if fault == "error" and stream:
+            return fault, body, stream, await self._stream_error(request)
+        return fault, body, stream, self._faulted(request, fault)
+
     async def _stream_error(self, request: web.Request) -> web.StreamResponse:
         self.faults["error"] += 1
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -469,12 +481,8 @@ class SimServer:
         return response
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
-        fault = self._fault(request)
-        body = _decode(await request.read())
-        stream = bool(body.get("stream"))
-        if fault == "error" and stream:
-            return await self._stream_error(request)
-        if (faulted := self._faulted(request, fault)) is not None:
+        fault, body, stream, faulted = await self._begin(request)
+        if faulted is not None:
             return faulted
         params = body.get("sampling_params") or {}
         if isinstance(params, dict):
@@ -554,12 +562,8 @@ class SimServer:
         return rid, reply, out_ids, cached, finish, created
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        fault = self._fault(request)
-        body = _decode(await request.read())
-        stream = bool(body.get("stream"))
-        if fault == "error" and stream:
-            return await self._stream_error(request)
-        if (faulted := self._faulted(request, fault)) is not None:
+        fault, body, stream, faulted = await self._begin(request)
+        if faulted is not None:
             return faulted
         messages: list[ChatMessage] = [
             {"role": m.get("role", "user"), "content": str(m.get("content") or "")}
@@ -612,12 +616,8 @@ class SimServer:
         return response
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
-        fault = self._fault(request)
-        body = _decode(await request.read())
-        stream = bool(body.get("stream"))
-        if fault == "error" and stream:
-            return await self._stream_error(request)
-        if (faulted := self._faulted(request, fault)) is not None:
+        fault, body, stream, faulted = await self._begin(request)
+        if faulted is not None:
             return faulted
         prompt = body.get("prompt")
         if isinstance(prompt, list):

@@ -4,6 +4,7 @@ can defend (issue 27). Real containers; task.toml files as Harbor tasks write th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import msgspec
@@ -119,3 +120,27 @@ async def test_the_bundled_service_task_validates(pool: SandboxPool) -> None:
     row = await validate_task(load_task(BUNDLED_SUITE / "serve-status-page"), pool)
     assert row.ok, (row.problems, row.oracle_output)
     assert row.oracle_reward == 1.0 and row.nop_reward == 0.0
+
+
+SEPARATE = Path(__file__).resolve().parent / "fixtures" / "harbor_separate"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+async def test_separate_mode_and_collect_hooks_grade_as_harbor_grades(pool: SandboxPool) -> None:
+    """Harbor 0.26.0's own Job graded these tasks under each plan of the agent
+    (``scripts/record_harbor_verifier.py``: collect hooks, artifacts, a second
+    environment, its Verifier); the same plans in real sandboxes grade the same."""
+    recorded = json.loads((SEPARATE / "expected.json").read_text())
+    assert recorded["harbor"] == "0.26.0"
+    for name, by_plan in sorted(recorded["rewards"].items()):
+        task = load_task(SEPARATE / name)
+        assert task.verifier_mode == "separate"
+        async with pool.sandbox(task, key=f"harbor-{name}") as sandbox:
+            for plan, outcome in sorted(by_plan.items()):
+                commands = recorded["plans"][plan]
+                reset = "rm -rf /var/lib/app /app/out.txt /logs/artifacts"
+                await sandbox.run(" && ".join([reset, *commands]), time_limit=30)
+                verdict = await grade(sandbox, task, pool=pool, key=f"harbor-{name}-{plan}")
+                expected = {k: float(v) for k, v in outcome["rewards"].items()}
+                assert verdict.rewards == expected, (name, plan, verdict.output)

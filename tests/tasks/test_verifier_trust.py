@@ -10,8 +10,10 @@ failing work 0. The agent's processes are not killed: they are still running aft
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
@@ -211,3 +213,35 @@ async def test_stopping_the_agent_is_opt_in_and_counts_what_it_killed(pool: Sand
         assert await stop_agent_processes(sandbox) == 3
         assert await alive(sandbox, "sleep 1000") == 0
         assert (await verify(sandbox, task, stop_agent=True)).passed  # the sandbox still works
+
+
+def _pids_files(pid: int) -> tuple[Path, Path]:
+    """The host's pids.current and pids.max of the cgroup process ``pid`` is in."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        roots = [Path("/sys/fs/cgroup/pids")] if "pids" in controllers.split(",") else (
+            [Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")] if controllers == "" else [])
+        for root in roots:
+            if (root / path.lstrip("/") / "pids.max").exists():
+                return root / path.lstrip("/") / "pids.current", root / path.lstrip("/") / "pids.max"
+    raise AssertionError(f"no pids cgroup found for pid {pid}")
+
+
+async def test_a_fork_bomb_left_running_is_the_agents_failure(tmp_path: Path) -> None:
+    config = SandboxConfig(starts_per_s=20.0, api_timeout_s=60.0, pids_limit=64)
+    task = task_with(tmp_path, f"#!/bin/bash\necho 1 > {REWARD}\n")
+    async with SandboxPool(config, run_id=f"test-bomb-{uuid.uuid4().hex[:8]}", run_dir=tmp_path / "run") as pool:
+        async with pool.sandbox(task, key="bomb") as sandbox:
+            info = await sandbox._container.show()
+            current, limit = _pids_files(int(info["State"]["Pid"]))
+            await agent_types(sandbox, "b() { b | b & }; b")
+            for _ in range(1200):  # synchronised on the cgroup's own count (60 s at most)
+                if int(current.read_text()) >= int(limit.read_text()):
+                    break
+                await anyio.sleep(0.05)
+            else:
+                raise AssertionError("the fork bomb never filled the process limit")
+            result = await verify(sandbox, task)
+        assert await pool.containers() == []
+    assert result.reward == 0.0 and not result.passed
+    assert result.tampered and "process limit" in result.tampered

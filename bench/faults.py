@@ -428,7 +428,7 @@ def _abuse_task(suite: Suite) -> Task:
 
 
 ABUSE: dict[str, tuple[str, float, str, str]] = {
-    "fork_bomb": ("b() { b | b & }; b\n", 3.0, "failed", ""),
+    "fork_bomb": ("b() { b | b & }; b\n", 3.0, "succeeded", ""),
     "output_flood": ("yes rsr-flood-line | head -c 30000000\n", 8.0, "succeeded", "rsr-flood-line"),
     "disk_fill": ("dd if=/dev/zero of=/tmp/fill bs=1M count=512\n", 5.0, "succeeded",
                   "No space left on device"),
@@ -440,9 +440,9 @@ ABUSE: dict[str, tuple[str, float, str, str]] = {
 """Abuse → (keystrokes, wait, the graded outcome expected, what the agent must have been
 shown). The agent first writes the answer, then abuses its sandbox (a 256 MiB, 256-pid,
 64 MiB-of-/tmp sandbox), then claims completion: what is left is graded, except after
-``kill -9 -1`` (the container is gone, nothing is left to grade) and after a fork bomb
-(its processes stay alive through the tests, as in Harbor, and fill the process limit, so
-the tests cannot start): both the model's failure."""
+``kill -9 -1`` (the container is gone, nothing is left to grade: the model's failure).
+A fork bomb keeps running through the tests, as the agent's processes do in Harbor; the
+tests start outside the sandbox's full pids cgroup (cgroup v1) and grade the answer."""
 
 
 async def _abuse_episode(suite: Suite, name: str) -> tuple[Fault, str]:

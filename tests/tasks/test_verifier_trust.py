@@ -60,12 +60,16 @@ def task_with(tmp_path: Path, test_sh: str, name: str = "reward-attack", **files
                 tests_dir=str(tests), verifier_timeout_s=30, workdir="/tmp")
 
 
-async def naive_verify(sandbox: Sandbox, task: Task, *, until_reward: str | None = None) -> float:
+async def naive_verify(sandbox: Sandbox, task: Task, *, until_reward: str | None = None,
+                       until_tests: str | None = None) -> float:
     """The control: clean up, upload, run and read with the sandbox's own tools and paths.
     With ``until_reward``, the read waits (20 s at most) until the reward says that, as a
-    live writer's next whole write lands after the tests' own."""
+    live writer's next whole write lands after the tests' own; with ``until_tests`` (a
+    shell condition), the run waits until it holds: the attack on /tests has landed."""
     await sandbox.run("rm -rf /tests /logs/verifier; mkdir -p /logs/verifier", time_limit=20)
     await sandbox.upload(Path(task.tests_dir), "/tests")
+    if until_tests:
+        await sandbox.run(f"until {until_tests}; do sleep 0.01; done", time_limit=20)
     await sandbox.run(f"bash /tests/{task.test_script}", time_limit=20)
     if until_reward:  # one whole read (a read can land between a writer's truncate and write)
         command = (f'v=; until [ "$v" = {until_reward} ]; do v=$(cat {REWARD} 2>/dev/null); sleep 0.01; done; '
@@ -121,7 +125,7 @@ async def test_a_background_writer_of_the_tests_loses(pool: SandboxPool, tmp_pat
         # the agent keeps "correcting" whatever answer key appears in /tests
         await agent_types(sandbox, "setsid bash -c 'while true; do [ -d /tests ] && echo wrong > "
                                    "/tests/expected; sleep 0.01; done' > /dev/null 2>&1 < /dev/null &")
-        assert await naive_verify(sandbox, task) == 1.0
+        assert await naive_verify(sandbox, task, until_tests="grep -qx wrong /tests/expected") == 1.0
         result = await verify(sandbox, task)
         assert result.reward == 0.0, result.output
         # and nothing of the hidden tests is left where the agent can read it
@@ -215,26 +219,28 @@ async def test_stopping_the_agent_is_opt_in_and_counts_what_it_killed(pool: Sand
         assert (await verify(sandbox, task, stop_agent=True)).passed  # the sandbox still works
 
 
-def _pids_files(pid: int) -> tuple[Path, Path]:
-    """The host's pids.current and pids.max of the cgroup process ``pid`` is in."""
+def _pids_files(pid: int) -> tuple[Path, Path, bool]:
+    """The host's pids.current and pids.max of the cgroup process ``pid`` is in, and
+    whether that is a cgroup v1 pids hierarchy (the tests stay out of it) or v2's one."""
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
-        roots = [Path("/sys/fs/cgroup/pids")] if "pids" in controllers.split(",") else (
+        v1 = "pids" in controllers.split(",")
+        roots = [Path("/sys/fs/cgroup/pids")] if v1 else (
             [Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")] if controllers == "" else [])
         for root in roots:
             if (root / path.lstrip("/") / "pids.max").exists():
-                return root / path.lstrip("/") / "pids.current", root / path.lstrip("/") / "pids.max"
+                return root / path.lstrip("/") / "pids.current", root / path.lstrip("/") / "pids.max", v1
     raise AssertionError(f"no pids cgroup found for pid {pid}")
 
 
-async def test_a_fork_bomb_left_running_is_the_agents_failure(tmp_path: Path) -> None:
+async def test_a_fork_bomb_left_running_still_lets_the_tests_grade(tmp_path: Path) -> None:
     config = SandboxConfig(starts_per_s=20.0, api_timeout_s=60.0, pids_limit=64)
-    task = task_with(tmp_path, f"#!/bin/bash\necho 1 > {REWARD}\n")
+    task = task_with(tmp_path, f"#!/bin/bash\n[ -f /tmp/answer ] && echo 1 > {REWARD} || echo 0 > {REWARD}\n")
     async with SandboxPool(config, run_id=f"test-bomb-{uuid.uuid4().hex[:8]}", run_dir=tmp_path / "run") as pool:
         async with pool.sandbox(task, key="bomb") as sandbox:
             info = await sandbox._container.show()
-            current, limit = _pids_files(int(info["State"]["Pid"]))
-            await agent_types(sandbox, "b() { b | b & }; b")
+            current, limit, v1 = _pids_files(int(info["State"]["Pid"]))
+            await agent_types(sandbox, "touch /tmp/answer; b() { b | b & }; b")
             for _ in range(1200):  # synchronised on the cgroup's own count (60 s at most)
                 if int(current.read_text()) >= int(limit.read_text()):
                     break
@@ -243,5 +249,7 @@ async def test_a_fork_bomb_left_running_is_the_agents_failure(tmp_path: Path) ->
                 raise AssertionError("the fork bomb never filled the process limit")
             result = await verify(sandbox, task)
         assert await pool.containers() == []
-    assert result.reward == 0.0 and not result.passed
-    assert result.tampered and "process limit" in result.tampered
+    if v1:  # the tests start outside the full pids cgroup and grade what is on disk
+        assert result.passed and result.tampered is None, result.output
+    else:  # one cgroup holds them all: no room to start, the agent's doing
+        assert result.reward == 0.0 and result.tampered and "process limit" in result.tampered

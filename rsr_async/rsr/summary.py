@@ -20,7 +20,8 @@ import msgspec
 from ..analysis.passk import mean_pass_at_k
 from ..engine.store import JobRow, Store
 from ..errors import PERMANENT_PREFIX, is_permanent_error
-from ..schema import Usage
+from ..phases import PhaseSummary, render_phases, summarise_timings
+from ..schema import EpisodeResult, EpisodeTiming, Usage
 
 __all__ = ["HarnessSummary", "RunSummary", "render_summary", "summarise", "write_summary"]
 
@@ -93,6 +94,9 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     graded: fix the task, then run it in a new run directory."""
     permanent_error_tasks: dict[str, str] = msgspec.field(default_factory=dict)
     """Task → the first permanent error of its episodes (the cause, without the prefix)."""
+    phases: PhaseSummary | None = None
+    """Where the episodes' time went, by phase (mean, median, p90 seconds per episode
+    over every timed episode of the stage in the store); None when none is timed."""
     pipeline: dict[str, Any] | None = None
     """The rewrite pipeline's figures (:func:`~rsr_async.rsr.figures.pipeline_figures`)
     when ``run`` ran stages after discover."""
@@ -127,8 +131,11 @@ def summarise(
     usage = Usage()
     models: Counter[str] = Counter()
     scripted = 0
+    timings: list[EpisodeTiming] = []
     for result in store.results(stage=stage):
         usage = usage + result.usage
+        if isinstance(result, EpisodeResult) and result.status in ("succeeded", "failed"):
+            timings.append(result.timing)
         if (
             result.status in ("succeeded", "failed")
             and result.key.task in names
@@ -194,6 +201,7 @@ def summarise(
         union_solved=sorted(solved),
         permanent_errors=len(permanent),
         permanent_error_tasks=dict(sorted(causes.items())),
+        phases=summarise_timings(timings),
     )
 
 
@@ -264,6 +272,9 @@ def render_summary(summary: RunSummary) -> object:
         ("permanent errors (task/config)", _permanent_text(summary)),
         ("cancelled / unfinished", f"{summary.cancelled} / {summary.pending}"),
     ]
+    if summary.phases is not None:
+        rows.append((f"seconds per episode by phase ({summary.phases.episodes} timed, "
+                     f"{summary.phases.prewarmed} prewarmed)", render_phases(summary.phases)))
     for name, value in rows:
         table.add_row(name, value)
     if summary.scripted_model or summary.scripted_episodes:

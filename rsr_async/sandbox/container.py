@@ -19,6 +19,7 @@ import aiohttp
 import anyio
 import msgspec
 
+from .. import phases
 from ..errors import ContainerError, DockerUnavailableError, SandboxError, ShellClosedError
 from .base import ExecResult
 from .shell import DockerShell, connection_asserts
@@ -165,6 +166,7 @@ class DockerSandbox:
             deadline_s=limit + _KILL_GRACE_S + 10,
         )
         elapsed = time.monotonic() - started
+        phases.note_call(limit, elapsed)  # splits a verification into its parts
         if exit_code is None:
             await self._check_alive()
             return ExecResult(exit_code=124, output=output, timed_out=True)
@@ -328,6 +330,7 @@ class DockerSandbox:
         remote = posixpath.normpath(remote if remote.startswith("/") else "/" + remote)
         stage = self._stage_for(remote)
         target = remote if stage is None else f"{stage}/{posixpath.basename(remote)}"
+        started = time.monotonic()
         data = await anyio.to_thread.run_sync(_tar_of, local, target.lstrip("/"))
         with docker_errors(f"{self.name}: upload to {remote}", url=self._url), anyio.fail_after(
             self._api_timeout
@@ -336,6 +339,7 @@ class DockerSandbox:
             await self._container.put_archive("/", data)  # type: ignore[no-untyped-call]
         if stage is not None:
             await self._unstage(stage, target, remote)
+        phases.note_call(0.0, time.monotonic() - started)
 
     async def write_file(self, remote: str, data: bytes | str, *, mode: int = 0o644) -> None:
         """Create ``remote`` (and its parent directories) holding ``data``."""

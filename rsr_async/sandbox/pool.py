@@ -76,6 +76,7 @@ from .ownership import (
     sweep,
     sweep_snapshots,
 )
+from .subnets import SubnetPool, create_network
 
 __all__ = [
     "CLAIMS_NAME",
@@ -180,6 +181,13 @@ class SandboxPool:
         """Container id → episode key of the prewarmed containers episodes took."""
         self._networks: dict[str, DockerHost] = {}
         """Network id → host of the private networks of live compose episodes."""
+        self._subnets = (
+            SubnetPool(config.compose_subnets, config.compose_subnet_prefix)
+            if config.compose_subnets else None
+        )
+        """Where compose networks take their small subnets (None: Docker's default pools)."""
+        self._network_subnet: dict[str, Any] = {}
+        """Network id → its subnet from :attr:`_subnets`, given back once it is removed."""
         self._episode_network: dict[str, str] = {}
         """Main container id → its compose episode's network (a snapshot joins it)."""
         self._lock_file: IO[str] | None = None
@@ -515,7 +523,7 @@ class SandboxPool:
         all of it removed on exit whatever happens."""
         host = await self._place()
         images = await self._images.compose_images(host, task, spec)
-        network_id, network = await self._create_network(host, task, key)
+        network_id, network = await self._create_network(host, task, key, len(spec.services))
         started: list[str] = []
         running: dict[str, tuple[Any, float]] = {}
         main: Any = None
@@ -613,9 +621,13 @@ class SandboxPool:
             config["Healthcheck"] = service.healthcheck.docker()
         return config
 
-    async def _create_network(self, host: DockerHost, task: Task, key: str) -> tuple[str, str]:
+    async def _create_network(
+        self, host: DockerHost, task: Task, key: str, containers: int
+    ) -> tuple[str, str]:
         """A fresh bridge network for one episode, labelled like its containers; internal
-        (no route out) unless both the task and ``sandbox.allow_network`` allow network."""
+        (no route out) unless both the task and ``sandbox.allow_network`` allow network.
+        Its subnet is a small one of ``sandbox.compose_subnets`` with room for
+        ``containers`` (:mod:`.subnets`), so Docker's default pools never run out."""
         name = f"rsr-{uuid.uuid4().hex[:16]}"
         internal = not (task.allow_internet and self.config.allow_network)
         where = f"task {task.name!r} (episode {key}): network create"
@@ -626,22 +638,26 @@ class SandboxPool:
             labels = self._labels(task, key)
             if host.url in self._leases:
                 labels[LABEL_LEASE] = LEASE_HELD
-            network = await host.docker.networks.create({
-                "Name": name,
-                "Driver": "bridge",
-                "Internal": internal,
-                "CheckDuplicate": True,
-                "Labels": labels,
-            })
+            network, subnet = await create_network(
+                host.docker.networks.create,
+                {"Name": name, "Driver": "bridge", "Internal": internal, "CheckDuplicate": True,
+                 "Labels": labels},
+                pool=self._subnets, host=host.url, containers=containers, where=where,
+            )
         self._networks[network.id] = host
+        if subnet is not None:
+            self._network_subnet[network.id] = subnet
         return network.id, name
 
     async def _discard_network(self, host: DockerHost, network_id: str) -> None:
         with anyio.CancelScope(shield=True):
             ok = await remove_network(host.docker, network_id, timeout_s=self.config.api_timeout_s)
         self._networks.pop(network_id, None)
+        subnet = self._network_subnet.pop(network_id, None)
         if not ok:
             self._remove_failures += 1
+        elif subnet is not None and self._subnets is not None:
+            self._subnets.give_back(host.url, subnet)  # a network left behind keeps its subnet
 
     # ------------------------------------------------------------------ containers
 

@@ -153,6 +153,9 @@ class SandboxConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Default deadline for ``run(cmd)`` inside a sandbox."""
     shell_quiet_s: NonNegative = 0.05
     """Quiet after a prompt before ``wait`` returns, when keys were typed into a running program."""
+    image_files_cache: str = "~/.cache/rsr_async/image-files"
+    """Directory keeping each task image's file listing (for the leak audit) by image id,
+    so only the first run on a host lists an image; ``""``: every run lists again."""
     compose_subnets: str = "10.231.0.0/16"
     """Address range the compose episodes' private networks take their small subnets from
     (see :mod:`rsr_async.sandbox.subnets`); ``""``: Docker's default pools (about 31

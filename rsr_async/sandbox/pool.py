@@ -193,7 +193,9 @@ class SandboxPool:
         self._lock_file: IO[str] | None = None
         self._leases: dict[str, tuple[str, Any]] = {}
         """Host URL → (lease container id, its attached stdin stream), see LABEL_LEASE."""
-        self._listings = ImageListings()
+        self._listings = ImageListings(
+            Path(config.image_files_cache).expanduser() if config.image_files_cache else None
+        )
         self._started = 0
         self._removed = 0
         self._start_failures = 0

@@ -10,6 +10,8 @@ reads ``summary.json`` and the store. Reported per run and as medians:
 
 - ``episodes_per_min``: episodes (Harbor's trials) finished per minute of wall time
   (the CLI's own figure, from start-up to the summary, image builds excluded when cached);
+- ``episodes_per_process_min``: the same over the whole CLI process (interpreter start
+  and shutdown included): what Harbor's trials/min is compared with;
 - ``cpu_per_episode_s``: CPU seconds per episode, ``machine`` (every core, everything
   running: the Docker daemon, the containers, and any other user of a shared machine),
   ``own_tree`` (the CLI and the simulators it started), ``docker_daemons`` and
@@ -56,6 +58,7 @@ def _one(args_: list[str], checkout: Path | None) -> dict[str, Any]:
     return {
         "episodes": summary["episodes"],
         "episodes_per_min": round(summary["episodes_per_min"], 2),
+        "episodes_per_process_min": round(summary["episodes_this_run"] / (wall / 60), 2),
         "cpu_per_episode_s": {k: round(v / episodes, 4) for k, v in summary["cpu"].items()},
         "phases_mean_s": phases.get("mean_s", {}),
         "phases_p90_s": phases.get("p90_s", {}),
@@ -67,6 +70,8 @@ def _one(args_: list[str], checkout: Path | None) -> dict[str, Any]:
         "infra_errors": summary["infra_errors"],
         "succeeded": summary["succeeded"],
         "wall_s": round(summary["wall_s"], 2),
+        "open_s": summary.get("open_s", 0.0),
+        "prewarm_s": summary.get("prewarm_s", 0.0),
         "process_wall_s": round(wall, 2),
         "load_before": summary["load_before"],
     }
@@ -86,7 +91,7 @@ def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _ratios(this: dict[str, Any], that: dict[str, Any]) -> dict[str, Any]:
     """this / that for throughput, that / this for costs (above 1: this is better)."""
     out: dict[str, Any] = {}
-    for key in ("episodes_per_min", "agent_steps_per_s"):
+    for key in ("episodes_per_min", "episodes_per_process_min", "agent_steps_per_s"):
         if that[key]:
             out[key] = round(this[key] / that[key], 3)
     out["cpu_per_episode_less"] = {

@@ -94,6 +94,12 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     graded: fix the task, then run it in a new run directory."""
     permanent_error_tasks: dict[str, str] = msgspec.field(default_factory=dict)
     """Task → the first permanent error of its episodes (the cause, without the prefix)."""
+    open_s: float = 0.0
+    """Of ``wall_s``: opening the model servers (or starting the simulators), the Docker
+    hosts' checks and the start-up sweep, before any image or sandbox."""
+    prewarm_s: float = 0.0
+    """Of ``wall_s``: building or checking the images and starting the first wave's
+    sandboxes before any episode starts (0 with ``--no-prewarm``)."""
     phases: PhaseSummary | None = None
     """Where the episodes' time went, by phase (mean, median, p90 seconds per episode
     over every timed episode of the stage in the store); None when none is timed."""
@@ -264,7 +270,8 @@ def render_summary(summary: RunSummary) -> object:
         ("tokens (prompt / completion)", f"{summary.prompt_tokens:,} / {summary.completion_tokens:,}"),
         ("cached share of prompt tokens", f"{summary.cached_share:.1%}"),
         ("episodes/min (this run)", f"{summary.episodes_per_min:.1f}"),
-        ("wall time (this run)", f"{summary.wall_s:.1f} s"),
+        ("wall time (this run)", f"{summary.wall_s:.1f} s (start-up {summary.open_s:.1f} s, "
+                                 f"images and prewarm {summary.prewarm_s:.1f} s)"),
         ("peak live sandboxes", f"{summary.peak_sandboxes}"),
         ("models (graded episodes)", _models_text(summary.models)),
         ("scripted stand-in episodes", f"{summary.scripted_episodes} / {sum(summary.models.values())}"),

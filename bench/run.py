@@ -157,5 +157,26 @@ def main(argv: list[str]) -> int:
                 else f"same command from {other}")
         result["baseline"] = {"name": name, "runs": baseline, "median": base}
         result["ratio"] = _ratios(result["median"], base)
+    _print_phases(result)
     emit(result, args.json)
     return 0
+
+
+def _print_phases(result: dict[str, Any]) -> None:
+    """Mean seconds per episode by phase, each side (stderr: the JSON stays on stdout)."""
+    sides = [("this", result["median"])]
+    if "baseline" in result:
+        sides.append(("other", result["baseline"]["median"]))
+    names = list(result["median"]["phases_mean_s"] or [])
+    if not names:
+        return
+    print(f"{'mean s per episode':<26} " + "  ".join(f"{side:>8}" for side, _ in sides), file=sys.stderr)
+    for name in names:
+        cells = [m["phases_mean_s"].get(name) for _, m in sides]
+        print(f"{name:<26} " + "  ".join("       -" if c is None else f"{c:8.3f}" for c in cells),
+              file=sys.stderr)
+    for key in ("episodes_per_min", "episodes_per_process_min"):
+        print(f"{key:<26} " + "  ".join(f"{m[key]:8.2f}" for _, m in sides), file=sys.stderr)
+    for key in result["median"]["cpu_per_episode_s"]:
+        cells = [m["cpu_per_episode_s"].get(key, 0.0) for _, m in sides]
+        print(f"{'cpu/ep ' + key:<26} " + "  ".join(f"{c:8.3f}" for c in cells), file=sys.stderr)

@@ -343,6 +343,7 @@ class DockerSandbox:
 
     async def write_file(self, remote: str, data: bytes | str, *, mode: int = 0o644) -> None:
         """Create ``remote`` (and its parent directories) holding ``data``."""
+        started = time.monotonic()
         payload = data.encode() if isinstance(data, str) else data
         remote = posixpath.normpath(remote if remote.startswith("/") else "/" + remote)
         stage = self._stage_for(remote)
@@ -360,6 +361,7 @@ class DockerSandbox:
             await self._container.put_archive("/", buffer.getvalue())  # type: ignore[no-untyped-call]
         if stage is not None:
             await self._unstage(stage, target, remote)
+        phases.note_call(0.0, time.monotonic() - started)
 
     def _stage_for(self, remote: str) -> str | None:
         """A staging directory when ``remote`` lies on a tmpfs mount, else None.

@@ -31,7 +31,7 @@ from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs
 from .figures import pipeline_figures, render_figures
 from .runtime import EpisodeRuntime, open_pipeline, prewarm_wave
-from .summary import render_summary, summarise, write_summary
+from .summary import render_summary, render_summary_phases, summarise, write_summary
 
 FINISHED = ("succeeded", "failed")
 """Statuses a rerun skips (the engine reruns the rest)."""
@@ -263,6 +263,8 @@ async def _run(
     from rich.console import Console
 
     Console(stderr=True).print(render_summary(summary))
+    if phases := render_summary_phases(summary):
+        print(phases, file=sys.stderr)
     if figures is not None:
         print(render_figures(figures), file=sys.stderr)
     print(f"summary: {path}", file=sys.stderr)

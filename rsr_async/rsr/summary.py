@@ -23,7 +23,7 @@ from ..errors import PERMANENT_PREFIX, is_permanent_error
 from ..phases import PhaseSummary, render_phases, summarise_timings
 from ..schema import EpisodeResult, EpisodeTiming, Usage
 
-__all__ = ["HarnessSummary", "RunSummary", "render_summary", "summarise", "write_summary"]
+__all__ = ["HarnessSummary", "RunSummary", "render_summary", "render_summary_phases", "summarise", "write_summary"]
 
 
 class HarnessSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -280,13 +280,20 @@ def render_summary(summary: RunSummary) -> object:
         ("cancelled / unfinished", f"{summary.cancelled} / {summary.pending}"),
     ]
     if summary.phases is not None:
-        rows.append((f"seconds per episode by phase ({summary.phases.episodes} timed, "
-                     f"{summary.phases.prewarmed} prewarmed)", render_phases(summary.phases)))
+        rows.append(("episodes timed by phase", f"{summary.phases.episodes} "
+                     f"({summary.phases.prewarmed} prewarmed; seconds per phase below)"))
     for name, value in rows:
         table.add_row(name, value)
     if summary.scripted_model or summary.scripted_episodes:
         table.caption = "scripted stand-in model: a test double, not a model's results"
     return table
+
+
+def render_summary_phases(summary: RunSummary) -> str:
+    """The per-phase table printed under the summary ("" when no episode is timed)."""
+    if summary.phases is None:
+        return ""
+    return "seconds per episode, by phase:\n" + render_phases(summary.phases)
 
 
 def _models_text(models: dict[str, int]) -> str:

@@ -67,9 +67,9 @@ class PhaseRecorder:
         self._totals = dict.fromkeys(PHASES, 0.0)
         self._counts = dict.fromkeys(_COUNTED, 0)
         self._in_verify = 0
-        self._calls: list[tuple[float, float]] = []
-        """(time limit, seconds) of each Docker call while ``verify`` is open; an upload
-        or a download has limit 0."""
+        self._calls: list[tuple[float, float, bool]] = []
+        """(time limit, seconds, whether it is the tests) of each Docker call while
+        ``verify`` is open; an upload or a download has limit 0."""
         self._split = [0.0, 0.0, 0.0]
         """Verification parts (prepare, tests, reward) of the verifications closed so far."""
         self.prewarmed = False
@@ -99,21 +99,27 @@ class PhaseRecorder:
         )
 
 
-def _split_verification(calls: list[tuple[float, float]]) -> tuple[float, float, float]:
+def _split_verification(calls: list[tuple[float, float, bool]]) -> tuple[float, float, float]:
     """(prepare, tests, reward) seconds of one verification's Docker calls: the tests'
-    exec is the first exec after the last upload (the tests go in, then run), or the
-    longest exec when nothing was uploaded; the calls before it prepare, the calls
-    after it read the reward and clean up."""
-    execs = [i for i, (limit, _) in enumerate(calls) if limit > 0]
-    if not execs:
-        return sum(seconds for _, seconds in calls), 0.0, 0.0
-    uploads = [i for i, (limit, _) in enumerate(calls) if limit == 0]
+    call is the one said to be (``note_call(..., tests=True)``), else the first exec
+    after the last upload (the tests go in, then run), else the longest exec; the calls
+    before it prepare, the calls after it read the reward and clean up."""
+    said = [i for i, (_, _, tests) in enumerate(calls) if tests]
+    execs = [i for i, (limit, _, _) in enumerate(calls) if limit > 0]
+    uploads = [i for i, (limit, _, _) in enumerate(calls) if limit == 0]
     after = [i for i in execs if uploads and i > uploads[-1]]
-    tests_at = after[0] if after else max(execs, key=lambda i: calls[i][1])
+    if said:
+        tests_at = said[-1]
+    elif after:
+        tests_at = after[0]
+    elif execs:
+        tests_at = max(execs, key=lambda i: calls[i][1])
+    else:
+        return sum(seconds for _, seconds, _ in calls), 0.0, 0.0
     return (
-        sum(seconds for _, seconds in calls[:tests_at]),
+        sum(seconds for _, seconds, _ in calls[:tests_at]),
         calls[tests_at][1],
-        sum(seconds for _, seconds in calls[tests_at + 1:]),
+        sum(seconds for _, seconds, _ in calls[tests_at + 1:]),
     )
 
 
@@ -159,13 +165,14 @@ def phase(name: str) -> Iterator[None]:
                 recorder._calls.clear()
 
 
-def note_call(time_limit: float, seconds: float) -> None:
+def note_call(time_limit: float, seconds: float, *, tests: bool = False) -> None:
     """A sandbox's Docker call (an exec with its in-container ``time_limit``; an upload
     or a download with 0) took ``seconds``: kept while the ``verify`` phase is open, to
-    split it into preparation, tests and reward."""
+    split it into preparation, tests and reward. ``tests``: this call ran the hidden
+    tests (a verifier that knows says so; otherwise the order of the calls tells)."""
     recorder = _recorder.get()
     if recorder is not None and recorder._in_verify:
-        recorder._calls.append((time_limit, seconds))
+        recorder._calls.append((time_limit, seconds, tests))
 
 
 LIVE_PHASES = ("sandbox", "shell", "model", "commands", "verify", "teardown", "other")

@@ -359,7 +359,8 @@ class EpisodeTiming(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     verify_prepare_s: float = 0.0
     """Of :attr:`verify_s`: the Docker calls before the tests' exec (clearing, uploads)."""
     verify_tests_s: float = 0.0
-    """Of :attr:`verify_s`: the tests' exec (the first exec after the last upload)."""
+    """Of :attr:`verify_s`: the call that ran the tests (the one the verifier marks with
+    ``phases.note_call(..., tests=True)``, else the first exec after the last upload)."""
     verify_reward_s: float = 0.0
     """Of :attr:`verify_s`: the Docker calls after the tests' exec (logs, reward, clean-up)."""
     snapshot_s: float = 0.0

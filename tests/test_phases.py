@@ -45,9 +45,13 @@ def test_a_verification_splits_at_the_first_exec_after_the_last_upload() -> None
         with phases.phase("verify"):  # a second verification (RSRT) is split on its own
             phases.note_call(120.0, 1.0)  # nothing uploaded: the longest exec is the tests'
             phases.note_call(120.0, 0.5)
+        with phases.phase("verify"):  # a verifier that says which call ran the tests
+            phases.note_call(120.0, 0.25)
+            phases.note_call(600.0, 0.5, tests=True)  # not the longest: said
+            phases.note_call(120.0, 0.75)
         phases.note_call(5.0, 9.0)  # outside a verification: not counted
         timing = recorder.timing()
-    assert (timing.verify_prepare_s, timing.verify_tests_s, timing.verify_reward_s) == (0.4, 3.0, 0.8)
+    assert (timing.verify_prepare_s, timing.verify_tests_s, timing.verify_reward_s) == (0.65, 3.5, 1.55)
 
 
 async def test_a_child_task_records_into_its_own_episode() -> None:

@@ -12,6 +12,7 @@ Each field's docstring is the string just below it.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import re
@@ -156,11 +157,34 @@ class SandboxConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Default deadline for ``run(cmd)`` inside a sandbox."""
     shell_quiet_s: NonNegative = 0.05
     """Quiet after a prompt before ``wait`` returns, when keys were typed into a running program."""
+    image_files_cache: str = "~/.cache/rsr_async/image-files"
+    """Directory keeping each task image's file listing (for the leak audit) by image id,
+    so only the first run on a host lists an image; ``""``: every run lists again."""
+    compose_subnets: str = "10.231.0.0/16"
+    """Address range the compose episodes' private networks take their small subnets from
+    (see :mod:`rsr_async.sandbox.subnets`); ``""``: Docker's default pools (about 31
+    networks per host, so about 31 compose episodes at once)."""
+    compose_subnet_prefix: Annotated[int, Meta(ge=8, le=29)] = 28
+    """Size of one episode's subnet (/28: 13 containers); a compose task with more
+    services gets a larger block."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.docker_urls:
             raise ValueError("sandbox.docker_urls: expected at least one Docker URL")
+        if self.compose_subnets:
+            try:
+                subnets = ipaddress.IPv4Network(self.compose_subnets)
+            except ValueError as exc:
+                raise ValueError(
+                    f"sandbox.compose_subnets: {self.compose_subnets!r} is not an IPv4 network "
+                    f"({exc}); e.g. 10.231.0.0/16, or \"\" for Docker's default pools"
+                ) from None
+            if subnets.prefixlen > self.compose_subnet_prefix:
+                raise ValueError(
+                    f"sandbox.compose_subnet_prefix: /{self.compose_subnet_prefix} blocks do not "
+                    f"fit in sandbox.compose_subnets {subnets}"
+                )
 
 
 class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -35,6 +35,7 @@ __all__ = [
     "EpisodeResult",
     "EpisodeSpec",
     "EpisodeStyle",
+    "EpisodeTiming",
     "ImageFiles",
     "JobKey",
     "JobResult",
@@ -340,6 +341,60 @@ class ImageFiles(msgspec.Struct, frozen=True, kw_only=True):
     the base image's, listed once per host, not included)."""
 
 
+class EpisodeTiming(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Where one episode's wall time went, by phase, in seconds (see
+    :mod:`rsr_async.phases`). Harbor reports environment setup, agent setup, agent,
+    verifier and teardown per trial; these say at least as much. Every default is 0 so
+    that results stored before timing existed decode; :attr:`wall_s` 0 means untimed."""
+
+    wall_s: float = 0.0
+    """The runner's whole attempt: from taking the job to returning its result."""
+    sandbox_s: float = 0.0
+    """Getting the sandbox: placement, the image check, and a container created and
+    started (or a prewarmed one claimed); a compose task: its network and services."""
+    create_s: float = 0.0
+    """Of :attr:`sandbox_s`: Docker's container create calls (all services of a compose task)."""
+    start_s: float = 0.0
+    """Of :attr:`sandbox_s`: Docker's container start calls (waits for the host's start
+    limiter included)."""
+    claim_s: float = 0.0
+    """Of :attr:`sandbox_s`: recording the claim of a prewarmed container."""
+    prewarmed: bool = False
+    """The episode got a container started ahead of demand (its start is not in
+    :attr:`sandbox_s`: the prewarm wave paid it before the run's episodes began)."""
+    shell_s: float = 0.0
+    """Opening the terminal: tmux and its login bash up to the first prompt, the session
+    probe, the first capture."""
+    model_s: float = 0.0
+    """Waiting on the model: every chat call of the agent (handoff calls included)."""
+    model_calls: int = 0
+    commands_s: float = 0.0
+    """Typing the agent's keystrokes and waiting on them (the duration it asked for, or
+    less when nothing more could come), with the pane capture after each."""
+    commands: int = 0
+    verify_wait_s: float = 0.0
+    """Queued for one of ``sandbox.max_concurrent_verifiers`` verifier slots."""
+    verify_s: float = 0.0
+    """The hidden verification, timed around the verifier call (RSRT: every hidden
+    verification, copies included)."""
+    verify_prepare_s: float = 0.0
+    """Of :attr:`verify_s`: the Docker calls before the tests' exec (clearing, uploads)."""
+    verify_tests_s: float = 0.0
+    """Of :attr:`verify_s`: the call that ran the tests (the one the verifier marks with
+    ``phases.note_call(..., tests=True)``, else the first exec after the last upload)."""
+    verify_reward_s: float = 0.0
+    """Of :attr:`verify_s`: the Docker calls after the tests' exec (logs, reward, clean-up)."""
+    snapshot_s: float = 0.0
+    """RSRT: committing the agent's container and starting its copy, per hidden verification."""
+    teardown_s: float = 0.0
+    """Closing the shell and removing the container(s) (a compose task: its network too)."""
+    image_files_s: float = 0.0
+    """Listing the task image's files for the leak audit (a success, once per image)."""
+    other_s: float = 0.0
+    """:attr:`wall_s` less every phase above: the harness's own work (parsing, rendering,
+    observations), the event loop's queue, anything not accounted for."""
+
+
 class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     """What one episode produced. ``status`` and ``end_reason`` say how it ended."""
 
@@ -358,6 +413,8 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     image_files: ImageFiles | None = None
     """What the task image holds beyond the base (successful episodes in a Docker
     sandbox); None when unlisted, in older stores, or when the listing failed."""
+    timing: EpisodeTiming = EpisodeTiming()
+    """Where the episode's time went, by phase; all zero in stores written before it existed."""
 
     @classmethod
     def partial_fields(cls, partial: Trajectory | None) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ..errors import ContextLengthError, LLMServerError, ShellClosedError
+from ..phases import phase
 from ..schema import Command, EndReason, Message, Origin, Role, Trajectory
 from . import protocol
 from .base import AgentClock, EpisodeOutcome
@@ -113,7 +114,8 @@ class Terminus2:
         reason: EndReason = "timeout"
         error: str | None = None
         with clock.deadline(deadline):
-            shell = await sandbox.shell()
+            with phase("shell"):
+                shell = await sandbox.shell()
             try:
                 episode = self.make_session(spec, sandbox, model, shell, trajectory, checkpoint)
                 episode.clock = clock
@@ -121,7 +123,9 @@ class Terminus2:
             except EpisodeEnd as end:
                 reason, error = end.reason, end.error
             finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(SHELL_CLOSE_TIMEOUT_S):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(SHELL_CLOSE_TIMEOUT_S), phase(
+                    "teardown"
+                ):
                     await shell.close()
         if reason == "timeout" and error is None:
             error = f"the episode's wall clock ({deadline:g} s) ran out"
@@ -321,7 +325,7 @@ class TerminusSession:
         at = self.now()
         sent = content + "".join(f"\n\n{note}" for note in notes)
         user: ChatMessage = {"role": "user", "content": sent}
-        with self.clock.model_call():  # a stalled server's time is not the agent's
+        with self.clock.model_call(), phase("model"):  # a stalled server's time is not the agent's
             completion = await self.model.chat(
                 [*context, user],
                 affinity=self.affinity,
@@ -395,9 +399,10 @@ class TerminusSession:
                 if shown is not None:
                     self.notes.append(shown)
                     continue
-                if command.keystrokes:
-                    await self.shell.send(command.keystrokes)
-                await self.shell.wait(command.duration)
+                with phase("commands"):
+                    if command.keystrokes:
+                        await self.shell.send(command.keystrokes)
+                    await self.shell.wait(command.duration)
         except ShellClosedError as exc:
             if self.shell.error is not None:  # infrastructure: the engine retries it
                 raise

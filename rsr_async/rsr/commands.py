@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..export import RejectedMode
     from .exporting import ExportFormat
 from .runtime import EpisodeRuntime, open_pipeline, prewarm_wave
-from .summary import render_summary, summarise, write_summary
+from .summary import render_summary, render_summary_phases, summarise, write_summary
 
 FINISHED = ("succeeded", "failed")
 """Statuses a rerun skips (the engine reruns the rest)."""
@@ -232,6 +232,8 @@ async def _run(
         on_notice=notice,
     ) as pipeline:
         engine, runtime = pipeline.engine, pipeline.runtime
+        opened = time.monotonic()
+        prewarm_s = 0.0
         jobs = list(discover_jobs(tasks, config))
         done_here = 0
         async with shutdown_on_signals(engine) as signals:
@@ -241,6 +243,7 @@ async def _run(
                 wave = todo[: config.run.concurrency]
                 print(f"starting {len(wave)} sandboxes for the first wave ...", file=sys.stderr)
                 await prewarm_until_interrupted(runtime, wave, signals)
+                prewarm_s = time.monotonic() - opened
             async for result in pipeline.run(tasks, stages=stages, allow_scripted=options.allow_scripted):
                 done_here += result.key.stage == STAGE
         figures = (
@@ -258,6 +261,9 @@ async def _run(
             wall_s=time.monotonic() - started,
             episodes_this_run=done_here,
             peak_sandboxes=runtime.peak_live(),
+        )
+        summary = msgspec.structs.replace(
+            summary, open_s=round(opened - started, 3), prewarm_s=round(prewarm_s, 3)
         )
         if figures is not None:
             summary = msgspec.structs.replace(summary, pipeline=figures)
@@ -288,6 +294,8 @@ async def _run(
     from rich.console import Console
 
     Console(stderr=True).print(render_summary(summary))
+    if phases := render_summary_phases(summary):
+        print(phases, file=sys.stderr)
     if figures is not None:
         print(render_figures(figures), file=sys.stderr)
     print(f"summary: {path}", file=sys.stderr)

@@ -34,6 +34,7 @@ from ..harness import EpisodeOutcome, HarnessDeps, get_harness
 from ..harness.base import DEFAULT_MODEL_CALL_BUDGET_S, AgentClock
 from ..harness.rsrt import DEFAULT_WALL_CLOCK_S
 from ..llm.base import ChatModel
+from ..phases import PhaseMeans, phase, recording
 from ..sandbox import SandboxPool
 from ..sandbox.base import Sandbox, SandboxProvider
 from ..sandbox.container import DockerSandbox
@@ -56,12 +57,23 @@ class SnapshotGrader:
 
     async def __call__(self, sandbox: Sandbox, task: Task, *, key: str) -> Verification:
         if task.verifier_mode == "separate":  # a fresh sandbox with the artifacts: no copy needed
-            async with self._limiter:
-                return await grade(sandbox, task, pool=self._pool, key=key)
+            with phase("verify_wait"):
+                await self._limiter.acquire()
+            try:
+                with phase("verify"):
+                    return await grade(sandbox, task, pool=self._pool, key=key)
+            finally:
+                self._limiter.release()
         if not isinstance(sandbox, DockerSandbox) or not isinstance(self._pool, SandboxPool):
             raise HarnessError(f"{key}: hidden tests need a Docker sandbox to copy")
-        async with self._limiter, self._pool.snapshot(sandbox, task, key=key) as copy:
-            return await verify(copy, task)
+        with phase("verify_wait"):
+            await self._limiter.acquire()
+        try:
+            with phase("verify"):  # the copy's commit and start: its "snapshot" part
+                async with self._pool.snapshot(sandbox, task, key=key) as copy:
+                    return await verify(copy, task)
+        finally:
+            self._limiter.release()
 
 _BACKSTOP_S = 30.0
 
@@ -119,6 +131,8 @@ class EpisodeRunner:
         self._verifiers = anyio.CapacityLimiter(max_concurrent_verifiers)
         self._stop_agent = stop_agent_before_tests
         self._model_call_budget_s = model_call_budget_s
+        self.phases = PhaseMeans()
+        """Running means of the finished episodes' phases (the live display's gauges)."""
         self._deps = HarnessDeps(
             grader=SnapshotGrader(pool, self._verifiers), rsrt_wall_clock_s=rsrt_wall_clock_s
         )
@@ -127,6 +141,13 @@ class EpisodeRunner:
         spec = job.spec
         if not isinstance(spec, EpisodeSpec):
             raise TypeError(f"{job.key}: EpisodeRunner runs episodes, got {type(spec).__name__}")
+        with recording() as timer:
+            result = await self._run(spec, ctx)
+        timing = timer.timing()
+        self.phases.add(timing)
+        return msgspec.structs.replace(result, timing=timing)
+
+    async def _run(self, spec: EpisodeSpec, ctx: JobContext) -> EpisodeResult:
         harness = get_harness(spec.harness, self._harness_config, self._deps)
         started = time.time()
         agent_time = harness.deadline_for(spec)
@@ -172,9 +193,14 @@ class EpisodeRunner:
             verification = outcome.verification  # RSRT: its last hidden run is the verdict
             if verification is None and killed is None:
                 try:
-                    async with self._verifiers:  # the verifier's timeout counts its own run only
-                        verification = await grade(sandbox, spec.task, pool=self._pool, key=str(spec.key),
-                                                   stop_agent=self._stop_agent)
+                    with phase("verify_wait"):
+                        await self._verifiers.acquire()
+                    try:  # the verifier's timeout counts its own run only
+                        with phase("verify"):
+                            verification = await grade(sandbox, spec.task, pool=self._pool,
+                                                       key=str(spec.key), stop_agent=self._stop_agent)
+                    finally:
+                        self._verifiers.release()
                 except SandboxError:
                     # A container the agent left to die mid-clean-up (a delayed `kill -9 -1`)
                     if (killed := await _stopped_by_agent(sandbox)) is None:
@@ -184,7 +210,10 @@ class EpisodeRunner:
             verification = Verification(reward=None, error=killed)
         finished = time.time()  # the episode's time: the listing below is not the agent's
         # Only a success is ever audited; the listing is cached per image id.
-        image_files = await self._image_files(spec, url) if verification.passed else None
+        image_files = None
+        if verification.passed:
+            with phase("image_files"):
+                image_files = await self._image_files(spec, url)
         return EpisodeResult(
             key=spec.key,
             status="succeeded" if verification.passed else "failed",

@@ -34,6 +34,7 @@ from ..config import Config
 from ..engine import Engine, Job, JobRunner, ProgressSink, Store
 from ..errors import ConfigError, ConfigMismatchError, InfraError, LLMConnectionError
 from ..llm import ModelRouter, spawn_sim_servers
+from ..phases import LIVE_PHASES
 from ..sandbox import SandboxPool, bootstrap_base_image
 from ..sandbox.base import SandboxProvider
 from ..schema import EpisodeSpec, JobResult, Task
@@ -185,6 +186,8 @@ async def episode_runtime(
             gauges={
                 "sandboxes": lambda: float(sandboxes.statistics().live),
                 "cached_share": lambda: model.statistics().usage.cached_share,
+                # Mean seconds per finished episode, by phase (see rsr_async.phases).
+                **{f"{name}_s": partial(episodes.phases.mean, name) for name in LIVE_PHASES},
             },
         )
 

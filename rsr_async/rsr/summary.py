@@ -20,9 +20,10 @@ import msgspec
 from ..analysis.passk import mean_pass_at_k
 from ..engine.store import JobRow, Store
 from ..errors import PERMANENT_PREFIX, is_permanent_error
-from ..schema import Usage
+from ..phases import PhaseSummary, render_phases, summarise_timings
+from ..schema import EpisodeResult, EpisodeTiming, Usage
 
-__all__ = ["HarnessSummary", "RunSummary", "render_summary", "summarise", "write_summary"]
+__all__ = ["HarnessSummary", "RunSummary", "render_summary", "render_summary_phases", "summarise", "write_summary"]
 
 
 class HarnessSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,6 +94,15 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     graded: fix the task, then run it in a new run directory."""
     permanent_error_tasks: dict[str, str] = msgspec.field(default_factory=dict)
     """Task → the first permanent error of its episodes (the cause, without the prefix)."""
+    open_s: float = 0.0
+    """Of ``wall_s``: opening the model servers (or starting the simulators), the Docker
+    hosts' checks and the start-up sweep, before any image or sandbox."""
+    prewarm_s: float = 0.0
+    """Of ``wall_s``: building or checking the images and starting the first wave's
+    sandboxes before any episode starts (0 with ``--no-prewarm``)."""
+    phases: PhaseSummary | None = None
+    """Where the episodes' time went, by phase (mean, median, p90 seconds per episode
+    over every timed episode of the stage in the store); None when none is timed."""
     pipeline: dict[str, Any] | None = None
     """The rewrite pipeline's figures (:func:`~rsr_async.rsr.figures.pipeline_figures`)
     when ``run`` ran stages after discover."""
@@ -127,8 +137,11 @@ def summarise(
     usage = Usage()
     models: Counter[str] = Counter()
     scripted = 0
+    timings: list[EpisodeTiming] = []
     for result in store.results(stage=stage):
         usage = usage + result.usage
+        if isinstance(result, EpisodeResult) and result.status in ("succeeded", "failed"):
+            timings.append(result.timing)
         if (
             result.status in ("succeeded", "failed")
             and result.key.task in names
@@ -195,6 +208,7 @@ def summarise(
         union_solved=sorted(solved),
         permanent_errors=len(permanent),
         permanent_error_tasks=dict(sorted(causes.items())),
+        phases=summarise_timings(timings),
     )
 
 
@@ -257,7 +271,8 @@ def render_summary(summary: RunSummary) -> object:
         ("tokens (prompt / completion)", f"{summary.prompt_tokens:,} / {summary.completion_tokens:,}"),
         ("cached share of prompt tokens", f"{summary.cached_share:.1%}"),
         ("episodes/min (this run)", f"{summary.episodes_per_min:.1f}"),
-        ("wall time (this run)", f"{summary.wall_s:.1f} s"),
+        ("wall time (this run)", f"{summary.wall_s:.1f} s (start-up {summary.open_s:.1f} s, "
+                                 f"images and prewarm {summary.prewarm_s:.1f} s)"),
         ("peak live sandboxes", f"{summary.peak_sandboxes}"),
         ("models (graded episodes)", _models_text(summary.models)),
         ("scripted stand-in episodes", f"{summary.scripted_episodes} / {sum(summary.models.values())}"),
@@ -265,11 +280,21 @@ def render_summary(summary: RunSummary) -> object:
         ("permanent errors (task/config)", _permanent_text(summary)),
         ("cancelled / unfinished", f"{summary.cancelled} / {summary.pending}"),
     ]
+    if summary.phases is not None:
+        rows.append(("episodes timed by phase", f"{summary.phases.episodes} "
+                     f"({summary.phases.prewarmed} prewarmed; seconds per phase below)"))
     for name, value in rows:
         table.add_row(name, value)
     if summary.scripted_model or summary.scripted_episodes:
         table.caption = "scripted stand-in model: a test double, not a model's results"
     return table
+
+
+def render_summary_phases(summary: RunSummary) -> str:
+    """The per-phase table printed under the summary ("" when no episode is timed)."""
+    if summary.phases is None:
+        return ""
+    return "seconds per episode, by phase:\n" + render_phases(summary.phases)
 
 
 def _models_text(models: dict[str, int]) -> str:

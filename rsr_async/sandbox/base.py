@@ -76,6 +76,9 @@ class HiddenReport(msgspec.Struct, frozen=True, kw_only=True):
     while the tests ran); anything here voids the run's results."""
     notes: tuple[str, ...] = ()
     """Best-effort steps that failed (e.g. joining one of the sandbox's cgroups)."""
+    split_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """Seconds before the command (setting up, unpacking the tests), running it, and
+    after it (cleaning up, reading the logs and reward), as the run measured them."""
 
 
 class ShellSession(Protocol):

@@ -19,6 +19,7 @@ import aiohttp
 import anyio
 import msgspec
 
+from .. import phases
 from ..errors import ContainerError, DockerUnavailableError, SandboxError, ShellClosedError
 from .base import ExecResult, HiddenReport, HiddenRun
 from .shell import DockerShell, connection_asserts
@@ -172,6 +173,7 @@ class DockerSandbox:
             user=user,
         )
         elapsed = time.monotonic() - started
+        phases.note_call(limit, elapsed)  # splits a verification into its parts
         if exit_code is None:
             await self._check_alive()
             return ExecResult(exit_code=124, output=output, timed_out=True)
@@ -343,11 +345,20 @@ class DockerSandbox:
         if pid <= 1:
             await self._check_alive()
             raise ContainerError(f"{self.name}: Docker reports no process for the container")
+        started = time.monotonic()
         try:
-            return await self._station.run(pid, run, name=self.name)
+            report = await self._station.run(pid, run, name=self.name)
         except SandboxError:
             await self._check_alive()  # a container that died meanwhile says so
             raise
+        # One exec does all three parts of a verification: its own split, the exec's
+        # overhead counted as preparation.
+        before, tests, after = report.split_s
+        overhead = max(0.0, time.monotonic() - started - before - tests - after)
+        phases.note_call(0.0, overhead + before)
+        phases.note_call(run.time_limit, tests, tests=True)
+        phases.note_call(0.0, after)
+        return report
 
     async def upload(self, local: Path, remote: str) -> None:
         """Copy a local file or directory to ``remote`` (a directory is copied whole)."""
@@ -357,6 +368,7 @@ class DockerSandbox:
         remote = posixpath.normpath(remote if remote.startswith("/") else "/" + remote)
         stage = self._stage_for(remote)
         target = remote if stage is None else f"{stage}/{posixpath.basename(remote)}"
+        started = time.monotonic()
         data = await anyio.to_thread.run_sync(_tar_of, local, target.lstrip("/"))
         with docker_errors(f"{self.name}: upload to {remote}", url=self._url), anyio.fail_after(
             self._api_timeout
@@ -365,9 +377,11 @@ class DockerSandbox:
             await self._container.put_archive("/", data)  # type: ignore[no-untyped-call]
         if stage is not None:
             await self._unstage(stage, target, remote)
+        phases.note_call(0.0, time.monotonic() - started)
 
     async def write_file(self, remote: str, data: bytes | str, *, mode: int = 0o644) -> None:
         """Create ``remote`` (and its parent directories) holding ``data``."""
+        started = time.monotonic()
         payload = data.encode() if isinstance(data, str) else data
         remote = posixpath.normpath(remote if remote.startswith("/") else "/" + remote)
         stage = self._stage_for(remote)
@@ -385,6 +399,7 @@ class DockerSandbox:
             await self._container.put_archive("/", buffer.getvalue())  # type: ignore[no-untyped-call]
         if stage is not None:
             await self._unstage(stage, target, remote)
+        phases.note_call(0.0, time.monotonic() - started)
 
     def _stage_for(self, remote: str) -> str | None:
         """A staging directory when ``remote`` lies on a tmpfs mount, else None.

@@ -215,6 +215,7 @@ def report_from_records(records: list[tuple[str, bytes]], output: str) -> Hidden
     notes: list[str] = []
     ended = ""
     done = False
+    split = (0.0, 0.0, 0.0)
     for tag, payload in records:
         text = payload.decode("utf-8", errors="replace") if tag != "F" else ""
         if tag == "E":
@@ -230,6 +231,10 @@ def report_from_records(records: list[tuple[str, bytes]], output: str) -> Hidden
             notes.append(text)
         elif tag == "X":
             ended = text
+        elif tag == "Q":
+            parts = [float(x) for x in text.split()]
+            if len(parts) == 3:
+                split = (parts[0], parts[1], parts[2])
         elif tag == "D":
             done = True
     if done and not ended and tampered:  # void before the command could even start
@@ -249,6 +254,7 @@ def report_from_records(records: list[tuple[str, bytes]], output: str) -> Hidden
         files_not_sent=tuple(not_sent),
         tampered=tuple(tampered),
         notes=tuple(notes),
+        split_s=split,
     )
 
 

@@ -872,20 +872,29 @@ def beyond_base(
     )
 
 
+_CACHE_VERSION = 1
+"""Bumped whenever what a listing holds changes (prunes, fields): older entries are
+then never read."""
+
+
 class ImageListings:
     """:class:`~rsr_async.schema.ImageFiles` per image id, listed once (single flight),
     with the base image's own listing (once per base id) subtracted.
 
-    Kept in memory by one :class:`~rsr_async.sandbox.SandboxPool`: a later process lists
-    an image again (about a second, once), while the listings it already made travel in
-    the results it stored. A failed listing is not remembered: the next request tries
-    again.
+    Kept in memory by one :class:`~rsr_async.sandbox.SandboxPool`, and in ``cache_dir``
+    (``sandbox.image_files_cache``) when given: an image id names its content, so its
+    listing over a given base id never changes, and a later run (a rerun, the next
+    stage, the next benchmark repetition) reads it instead of starting a container and
+    walking the image again (about a second and a container's start, per image, per
+    run, while the episode that asked waits). A failed listing is not remembered: the
+    next request tries again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cache_dir: Path | None = None) -> None:
         self._bases: dict[str, ImageListing] = {}
         self._files: dict[str, ImageFiles] = {}
         self._running: dict[str, anyio.Event] = {}
+        self._cache_dir = cache_dir
 
     async def _once(self, done: dict[str, _T], key: str, make: Callable[[], Awaitable[_T]]) -> _T:
         while key not in done:
@@ -929,10 +938,46 @@ class ImageListings:
                                             start_slot=start_slot)
 
         async def diffed() -> ImageFiles:
+            cached = await anyio.to_thread.run_sync(self._read_cached, task_id, base_id or "")
+            if cached is not None:
+                return cached
             base = None
             if base_id is not None:
                 base = await self._once(self._bases, f"base\0{base_id}", lister(base_image))
             listing = await lister(image)()
-            return beyond_base(listing, base, image=task_id, base_id=base_id or "")
+            files = beyond_base(listing, base, image=task_id, base_id=base_id or "")
+            await anyio.to_thread.run_sync(self._write_cached, files)
+            return files
 
         return await self._once(self._files, task_id, diffed)
+
+    def _cache_path(self, image: str, base: str) -> Path | None:
+        if self._cache_dir is None:
+            return None
+        key = hashlib.sha256(f"{_CACHE_VERSION}\0{image}\0{base}\0{IMAGE_FILES_MAX}".encode())
+        return self._cache_dir / f"{key.hexdigest()[:40]}.json"
+
+    def _read_cached(self, image: str, base: str) -> ImageFiles | None:
+        """The stored listing of ``image`` over ``base``; None when absent or unreadable."""
+        path = self._cache_path(image, base)
+        if path is None:
+            return None
+        try:
+            files = msgspec.json.decode(path.read_bytes(), type=ImageFiles)
+        except (OSError, msgspec.DecodeError):
+            return None
+        return files if (files.image, files.base) == (image, base) else None
+
+    def _write_cached(self, files: ImageFiles) -> None:
+        """Store ``files`` (atomically: a reader never sees half of it); best effort."""
+        path = self._cache_path(files.image, files.base)
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(msgspec.json.encode(files))
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("image listing of %s not kept in %s (%s): later runs list it again",
+                        files.image, self._cache_dir, exc)

@@ -37,6 +37,7 @@ import anyio
 import anyio.abc
 import msgspec
 
+from .. import phases
 from ..config import SandboxConfig
 from ..errors import ContainerError, DockerUnavailableError, ImageError, SandboxError
 from ..schema import ImageFiles, Task
@@ -76,6 +77,7 @@ from .ownership import (
     sweep,
     sweep_snapshots,
 )
+from .subnets import SubnetPool, create_network
 
 __all__ = [
     "CLAIMS_NAME",
@@ -120,6 +122,17 @@ def _join(config: dict[str, Any], network: str, aliases: tuple[str, ...]) -> Non
     config["NetworkDisabled"] = False
     config["HostConfig"]["NetworkMode"] = network
     config["NetworkingConfig"] = {"EndpointsConfig": {network: {"Aliases": list(aliases)}}}
+
+
+def _untimed(name: str) -> contextlib.nullcontext[None]:
+    return contextlib.nullcontext()
+
+
+def _add_phase(name: str, since: float) -> None:
+    """Add the time since ``since`` (``time.perf_counter``) to the current episode's
+    phase ``name`` (see :mod:`rsr_async.phases`): for phases that span a ``yield``."""
+    if (recorder := phases.current()) is not None:
+        recorder.add(name, time.perf_counter() - since)
 
 
 class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,12 +182,21 @@ class SandboxPool:
         """Container id → episode key of the prewarmed containers episodes took."""
         self._networks: dict[str, DockerHost] = {}
         """Network id → host of the private networks of live compose episodes."""
+        self._subnets = (
+            SubnetPool(config.compose_subnets, config.compose_subnet_prefix)
+            if config.compose_subnets else None
+        )
+        """Where compose networks take their small subnets (None: Docker's default pools)."""
+        self._network_subnet: dict[str, Any] = {}
+        """Network id → its subnet from :attr:`_subnets`, given back once it is removed."""
         self._episode_network: dict[str, str] = {}
         """Main container id → its compose episode's network (a snapshot joins it)."""
         self._lock_file: IO[str] | None = None
         self._leases: dict[str, tuple[str, Any]] = {}
         """Host URL → (lease container id, its attached stdin stream), see LABEL_LEASE."""
-        self._listings = ImageListings()
+        self._listings = ImageListings(
+            Path(config.image_files_cache).expanduser() if config.image_files_cache else None
+        )
         self._stations: dict[str, VerifierStation] = {}
         """Host URL → its verifier station (hidden tests run through it), made on first use."""
         self._started = 0
@@ -524,17 +546,18 @@ class SandboxPool:
 
     @contextlib.asynccontextmanager
     async def _compose_sandbox(
-        self, task: Task, spec: ComposeSpec, *, key: str
+        self, task: Task, spec: ComposeSpec, *, key: str, setup: float
     ) -> AsyncIterator[DockerSandbox]:
         """Every service on a private network of this episode, ``main`` as the sandbox;
         all of it removed on exit whatever happens."""
         host = await self._place()
         images = await self._images.compose_images(host, task, spec)
-        network_id, network = await self._create_network(host, task, key)
+        network_id, network = await self._create_network(host, task, key, len(spec.services))
         started: list[str] = []
         running: dict[str, tuple[Any, float]] = {}
         main: Any = None
         error: BaseException | None = None
+        teardown: float | None = None  # when the episode let go of its sandbox
         try:
             for service in spec.services:
                 for dep in service.depends_on:
@@ -560,6 +583,7 @@ class SandboxPool:
                 if service.name == MAIN_SERVICE:
                     main = container
             self._episode_network[main.id] = network
+            _add_phase("sandbox", setup)
             async with anyio.create_task_group() as tg:
                 sandbox = self._wrap(main, task, key, host, tg)
                 try:
@@ -567,10 +591,13 @@ class SandboxPool:
                 except BaseException as exc:
                     error = exc  # raised after the task group closes, unwrapped
                 finally:
+                    teardown = time.perf_counter()
                     with anyio.CancelScope(shield=True):
                         await sandbox.aclose()
                     tg.cancel_scope.cancel()
         finally:
+            if teardown is None:
+                teardown = time.perf_counter()
             with anyio.CancelScope(shield=True):
                 if main is not None:
                     self._episode_network.pop(main.id, None)
@@ -578,6 +605,7 @@ class SandboxPool:
                     for container_id in started:
                         tg.start_soon(self._discard, host, container_id)
                 await self._discard_network(host, network_id)
+            _add_phase("teardown", teardown)
         if error is not None:
             raise error
 
@@ -623,9 +651,13 @@ class SandboxPool:
             config["Healthcheck"] = service.healthcheck.docker()
         return config
 
-    async def _create_network(self, host: DockerHost, task: Task, key: str) -> tuple[str, str]:
+    async def _create_network(
+        self, host: DockerHost, task: Task, key: str, containers: int
+    ) -> tuple[str, str]:
         """A fresh bridge network for one episode, labelled like its containers; internal
-        (no route out) unless both the task and ``sandbox.allow_network`` allow network."""
+        (no route out) unless both the task and ``sandbox.allow_network`` allow network.
+        Its subnet is a small one of ``sandbox.compose_subnets`` with room for
+        ``containers`` (:mod:`.subnets`), so Docker's default pools never run out."""
         name = f"rsr-{uuid.uuid4().hex[:16]}"
         internal = not (task.allow_internet and self.config.allow_network)
         where = f"task {task.name!r} (episode {key}): network create"
@@ -636,22 +668,26 @@ class SandboxPool:
             labels = self._labels(task, key)
             if host.url in self._leases:
                 labels[LABEL_LEASE] = LEASE_HELD
-            network = await host.docker.networks.create({
-                "Name": name,
-                "Driver": "bridge",
-                "Internal": internal,
-                "CheckDuplicate": True,
-                "Labels": labels,
-            })
+            network, subnet = await create_network(
+                host.docker.networks.create,
+                {"Name": name, "Driver": "bridge", "Internal": internal, "CheckDuplicate": True,
+                 "Labels": labels},
+                pool=self._subnets, host=host.url, containers=containers, where=where,
+            )
         self._networks[network.id] = host
+        if subnet is not None:
+            self._network_subnet[network.id] = subnet
         return network.id, name
 
     async def _discard_network(self, host: DockerHost, network_id: str) -> None:
         with anyio.CancelScope(shield=True):
             ok = await remove_network(host.docker, network_id, timeout_s=self.config.api_timeout_s)
         self._networks.pop(network_id, None)
+        subnet = self._network_subnet.pop(network_id, None)
         if not ok:
             self._remove_failures += 1
+        elif subnet is not None and self._subnets is not None:
+            self._subnets.give_back(host.url, subnet)  # a network left behind keeps its subnet
 
     # ------------------------------------------------------------------ containers
 
@@ -730,7 +766,11 @@ class SandboxPool:
         if host.url in self._leases:
             config["Labels"][LABEL_LEASE] = LEASE_HELD
         where = f"task {task.name!r} (episode {key})" + (f" service {service!r}" if service else "")
-        slot = await host.start_slot()
+        # An RSRT copy's create and start are its verification's ("snapshot"), not the
+        # episode's sandbox's.
+        timed = phases.phase if snapshot_of is None else _untimed
+        with timed("start"):  # the host's start limiter: part of starting
+            slot = await host.start_slot()
         container_id: str | None = None
         host.live += 1
         try:
@@ -738,7 +778,8 @@ class SandboxPool:
             # a container nobody knows the id of.
             with anyio.CancelScope(shield=True), anyio.fail_after(self.config.api_timeout_s):
                 try:
-                    created = await host.docker.containers.create(config)
+                    with timed("create"):
+                        created = await host.docker.containers.create(config)
                 except aiodocker.DockerError as exc:
                     # overlay2 on xfs without `pquota` refuses the quota: fall back.
                     if "StorageOpt" not in config["HostConfig"] or "storage" not in exc.message.lower():
@@ -746,11 +787,12 @@ class SandboxPool:
                     host.storage_quota = False
                     del config["HostConfig"]["StorageOpt"]
                     self._limit_storage(config, host, task, refused=exc.message)
-                    created = await host.docker.containers.create(config)
+                    with timed("create"):
+                        created = await host.docker.containers.create(config)
                 container_id = str(created.id)
                 self._containers[container_id] = (host, key)
                 self._tmpfs[container_id] = tuple(config["HostConfig"].get("Tmpfs") or ())
-            with anyio.fail_after(self.config.api_timeout_s):
+            with anyio.fail_after(self.config.api_timeout_s), timed("start"):
                 await created.start()
         except BaseException as exc:
             self._start_failures += 1
@@ -837,9 +879,10 @@ class SandboxPool:
     async def sandbox(self, task: Task, *, key: str) -> AsyncIterator[DockerSandbox]:
         """A fresh container for one episode, removed on exit whatever happens. A compose
         task gets all its services on a private network, ``main`` as the sandbox."""
+        setup = time.perf_counter()
         spec = await self._images.compose_spec(task)
         if spec is not None:
-            async with self._compose_sandbox(task, spec, key=key) as sandbox:
+            async with self._compose_sandbox(task, spec, key=key, setup=setup) as sandbox:
                 yield sandbox
             return
         host = await self._place()
@@ -856,13 +899,18 @@ class SandboxPool:
             self._containers[container.id] = (host, key)
             self._peak = max(self._peak, sum(h.live for h in self._hosts))
             try:
-                await self._record_claim(container, key)
+                with phases.phase("claim"):
+                    await self._record_claim(container, key)
             except BaseException:
                 await self._discard(host, container.id)
                 raise
+            if (recorder := phases.current()) is not None:
+                recorder.prewarmed = True
         if container is None:
             container = await self._start(host, task, image, key)
         error: BaseException | None = None
+        _add_phase("sandbox", setup)
+        teardown: float | None = None  # when the episode let go of its sandbox
         try:
             async with anyio.create_task_group() as tg:
                 sandbox = self._wrap(container, task, key, host, tg)
@@ -874,11 +922,13 @@ class SandboxPool:
                     if isinstance(exc, SandboxError):
                         await self._check_host(host, exc)
                 finally:
+                    teardown = time.perf_counter()
                     with anyio.CancelScope(shield=True):
                         await sandbox.aclose()
                     tg.cancel_scope.cancel()
         finally:
             await self._discard(host, container.id)
+            _add_phase("teardown", time.perf_counter() if teardown is None else teardown)
         if error is not None:
             raise error
 
@@ -899,6 +949,7 @@ class SandboxPool:
         tag = uuid.uuid4().hex[:16]
         image = f"{SNAPSHOT_REPOSITORY}:{tag}"
         labels = {LABEL_RUN: self.run_id, LABEL_POOL: self._pool_id, LABEL_SNAPSHOT: key}
+        setup = time.perf_counter()
         try:
             await source.commit(repository=SNAPSHOT_REPOSITORY, tag=tag, labels=labels)
             config = None
@@ -911,6 +962,7 @@ class SandboxPool:
                 self._limit_storage(config, host, task)
             container = await self._start(host, task, image, f"{key}#copy", snapshot_of=key,
                                           config=config)
+            _add_phase("snapshot", setup)
             try:
                 async with anyio.create_task_group() as tg:
                     sandbox = self._wrap(container, task, f"{key}#copy", host, tg)

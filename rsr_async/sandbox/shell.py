@@ -69,13 +69,16 @@ message size); ``paste-buffer`` turns its newlines into carriage returns."""
 _NO_TMUX = b"%rsr-no-tmux"
 
 _SESSION_PROBE = (
-    'pane=$1; while read -r _; do n=0; for f in /proc/[0-9]*/stat; do l=; '
+    'read -r pane || exit 0; while read -r _; do n=0; for f in /proc/[0-9]*/stat; do l=; '
     'read -r l < "$f" 2>/dev/null || continue; set -- ${l##*) }; '
     '[ "$4" = "$pane" ] && n=$((n+1)); done; echo "rsr-session $n"; done'
 )
 """Counts the processes in the pane's session (POSIX sh builtins only, any image): a
 job bash does not track, ``( server & )``, still runs in it; a real daemon calls
-``setsid`` and leaves, and its output does not reach the pane anyway."""
+``setsid`` and leaves, and its output does not reach the pane anyway. The pane's pid
+is its first line of input: the probe starts alongside tmux, not after it (a fresh
+container's first ``sh`` takes ~0.4 s to start under load, which used to come after
+the first prompt: almost half of opening a shell)."""
 
 
 def prompt_command(token: str) -> str:
@@ -231,11 +234,17 @@ class _SessionProbe:
         self._partial = bytearray()
         self._counts: list[int] = []
 
-    async def open(self, task_group: TaskGroup, pane_pid: str) -> None:
-        await self._io.open(
-            ["sh", "-c", _SESSION_PROBE, "rsr-probe", pane_pid], tty=False, env={}, workdir="/"
-        )
+    async def open(self, task_group: TaskGroup) -> None:
+        """Start the probe; it counts nothing until :meth:`watch` names the pane."""
+        await self._io.open(["sh", "-c", _SESSION_PROBE, "rsr-probe"], tty=False, env={}, workdir="/")
         task_group.start_soon(self._io.read_loop, self._feed)
+
+    async def watch(self, pane_pid: str) -> None:
+        """Count the processes of the session led by ``pane_pid`` from now on."""
+        try:
+            await self._io.write(f"{pane_pid}\n".encode())
+        except ShellClosedError:
+            pass  # count() says None: no early return
 
     def _feed(self, stream: int, data: bytes) -> None:
         if stream != 1:
@@ -389,11 +398,13 @@ class DockerShell:
             workdir=workdir,
         )
         task_group.start_soon(self._io.read_loop, self._feed)
+        await self._probe.open(task_group)  # starts in the container while bash logs in
         with anyio.move_on_after(self._api_timeout):
             while self._io.alive and self._buffer.prompts == 0 and not self._no_tmux:
                 await self._io.wait_change(self._api_timeout)
         if self._no_tmux:
             await self._io.close()
+            await self._probe.close()
             log.warning("%s: the image has no tmux; observations are emulated, not Harbor's", self._name)
             self._fallback = PtyShell(
                 self._container, name=self._name, api_timeout_s=self._api_timeout, quiet_s=self._quiet
@@ -408,8 +419,10 @@ class DockerShell:
             )
         pane_pid = await self._command(f"display-message -p -t {self._session} '#{{pane_pid}}'")
         if pane_pid and pane_pid[0].strip().isdigit():
-            await self._probe.open(task_group, pane_pid[0].strip().decode())
+            await self._probe.watch(pane_pid[0].strip().decode())
             self._idle_processes = await self._probe.count()
+        else:
+            await self._probe.close()  # no pane to watch: waits are never cut short
         await self._capture_pane()
 
     # ------------------------------------------------------------ control mode

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from ..output_dirs import check_output_dir
 from ..schema import encode
 from .atif import atif_document
 from .public import PublicMessage, check_conversation, public_conversation
@@ -159,7 +160,8 @@ def write_export(
     seed: int = 0,
     counts: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the export of ``records`` to ``out_dir`` (replacing it whole) and return the manifest.
+    """Write the export of ``records`` to ``out_dir`` (replacing it whole: only an empty
+    directory or an earlier export, see :func:`check_output_dir`) and return the manifest.
 
     ``counts`` (per pipeline stage, from the caller) is stored in the manifest as is; it
     must be JSON-serialisable. Records without a public conversation (no model reply
@@ -168,6 +170,7 @@ def write_export(
     """
     if not 0.0 <= validation_share < 1.0:
         raise ValueError(f"validation_share must be in [0, 1), got {validation_share!r}")
+    out_dir = check_output_dir(out_dir, "export")
     collected = _collect(records)
     rows: dict[tuple[str, ExportSet], _Row] = {}
     empty: dict[str, list[str]] = defaultdict(list)
@@ -269,7 +272,7 @@ def write_export(
         counts=counts,
     )
     outputs["manifest.json"] = _json_bytes(manifest, indent=2) + b"\n"
-    _write_atomically(Path(out_dir), outputs)
+    _write_atomically(out_dir, outputs)
     return manifest
 
 
@@ -355,8 +358,6 @@ def _remove_leftovers(out_dir: Path) -> None:
 def _write_atomically(out_dir: Path, outputs: Mapping[str, bytes]) -> None:
     parent = out_dir.parent
     parent.mkdir(parents=True, exist_ok=True)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"export: {out_dir} exists and is not a directory")
     _remove_leftovers(out_dir)
     tag = f"{os.getpid()}-{secrets.token_hex(4)}"
     tmp = parent / f".{out_dir.name}.tmp-{tag}"

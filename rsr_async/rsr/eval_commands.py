@@ -37,7 +37,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
 import anyio
 import msgspec
@@ -51,7 +50,7 @@ from ..analysis.checkpoints import (
 )
 from ..analysis.rollouts import Rollout
 from ..analysis.runs import store_rollouts
-from ..config import Config, LLMConfig, add_config_arguments, load_config
+from ..config import Config, LLMConfig, add_config_arguments, load_config, model_url_problem
 from ..engine.signals import EXIT_JOB_ERRORS, EXIT_OK, exit_code, run_async, shutdown_on_signals
 from ..engine.store import Store, resume_view
 from ..errors import ConfigError, LLMConnectionError, LLMError, TaskError
@@ -112,9 +111,8 @@ def parse_checkpoints(values: Sequence[str]) -> list[Checkpoint]:
             )
         if name in seen:
             raise ConfigError(f"{flag}: the name {name!r} is given twice; each column needs its own")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{flag}: expected an http(s) URL after '=', got {url!r}")
+        if (problem := model_url_problem(url)) is not None:
+            raise ConfigError(f"{flag}: the URL after '=' ({url!r}): {problem}")
         seen.add(name)
         out.append(Checkpoint(name=name, url=url.rstrip("/")))
     return out

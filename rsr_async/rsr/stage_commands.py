@@ -22,7 +22,7 @@ from ..engine.signals import EXIT_OK, exit_code, run_async, shutdown_on_signals
 from ..engine.store import STAGE_SCOPED, Store
 from ..errors import StoreError
 from ..schema import EpisodeSpec, Task
-from .commands import add_stage_arguments, write_task_list
+from .commands import add_stage_arguments, check_sim_servers, write_task_list
 from .exporting import export_run
 from .figures import pipeline_figures, render_figures
 from .runtime import open_pipeline
@@ -56,6 +56,7 @@ def _stored(run_dir: Path) -> tuple[dict[str, object], list[Task]]:
 
 
 def main(args: argparse.Namespace) -> int:
+    check_sim_servers(args.sim_servers)
     run_dir = Path(args.run_dir)
     if not (run_dir / "run.db").is_file():
         raise StoreError(f"{run_dir}: not a run directory (no run.db); run `python -m rsr_async run` first")

@@ -154,6 +154,12 @@ class SandboxConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Maximum processes per sandbox (stops fork bombs)."""
     allow_network: bool = False
     """Allow network for tasks that ask for it (both must agree)."""
+    allow_uncapped_storage: bool = False
+    """Run tasks that set ``storage_mb`` on a Docker host whose storage driver cannot cap a
+    container's disk (``StorageOpt size`` needs overlay2 on xfs with pquota, devicemapper,
+    btrfs or zfs; not overlay2 on ext4, not fuse-overlayfs). There only ``/tmp`` is capped
+    (a tmpfs) and ``/app``, ``/var`` … can fill the host's disk, so such a run is refused
+    at the start, naming the tasks and the host, unless this is true."""
     warm_pool: Count = 0
     """Containers kept started ahead of demand per image (0: none)."""
     max_concurrent_verifiers: AtLeastOne = 8

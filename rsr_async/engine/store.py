@@ -100,6 +100,7 @@ OPERATIONAL_KEYS: Final = frozenset(
         "run.stages",
         "run.prewarm",
         "sandbox.docker_urls",
+        "sandbox.allow_uncapped_storage",
         "sandbox.max_concurrent_verifiers",
         "sandbox.command_timeout_s",
         "sandbox.shell_quiet_s",

@@ -31,7 +31,7 @@ from ..schema import Task
 from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs
 from .figures import pipeline_figures, render_figures
-from .runtime import EpisodeRuntime, open_pipeline, prewarm_wave
+from .runtime import EpisodeRuntime, check_storage_caps, open_pipeline, prewarm_wave
 from .summary import render_summary, summarise, write_summary
 
 FINISHED = ("succeeded", "failed")
@@ -213,6 +213,8 @@ async def _run(
 ) -> int:
     started = time.monotonic()
     stages = config.run.stages
+    if set(stages) & {"discover", "verify"}:  # the stages that start sandboxes
+        await check_storage_caps(config.sandbox, tasks)
     notice = partial(print, file=sys.stderr)
     async with open_pipeline(
         config,

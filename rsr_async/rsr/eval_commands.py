@@ -58,7 +58,7 @@ from ..schema import Task
 from ..tasks import load_dataset
 from .commands import FINISHED, prewarm_until_interrupted
 from .discover import discover_jobs
-from .runtime import open_pipeline
+from .runtime import check_storage_caps, open_pipeline
 
 __all__ = ["configure", "default_eval_dir", "load_benchmarks", "main", "parse_checkpoints"]
 
@@ -221,9 +221,10 @@ async def _evaluate(plan: _Plan) -> int:
     async with anyio.create_task_group() as tg:
         for checkpoint, config in zip(plan.checkpoints, plan.configs, strict=True):
             tg.start_soon(_probe, checkpoint, config.llm, simulators)
+    tasks = [task for bench in plan.benchmarks.values() for task in bench]
+    await check_storage_caps(plan.configs[0].sandbox, tasks)
     plan.eval_dir.mkdir(parents=True, exist_ok=True)
     print(f"eval directory: {plan.eval_dir}", file=sys.stderr)
-    tasks = [task for bench in plan.benchmarks.values() for task in bench]
     done: list[Checkpoint] = []
     codes: list[int] = []
     for checkpoint, config in zip(plan.checkpoints, plan.configs, strict=True):

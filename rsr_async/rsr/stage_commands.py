@@ -25,7 +25,7 @@ from ..schema import EpisodeSpec, Task
 from .commands import add_stage_arguments, check_sim_servers, write_task_list
 from .exporting import export_run
 from .figures import pipeline_figures, render_figures
-from .runtime import open_pipeline
+from .runtime import check_storage_caps, open_pipeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +95,8 @@ def _export(config: Config, run_dir: Path, args: argparse.Namespace) -> int:
 async def _run_stage(config: Config, tasks: list[Task], run_dir: Path, args: argparse.Namespace) -> int:
     started = time.monotonic()
     done = 0
+    if args.command == "verify":  # the stage that starts sandboxes
+        await check_storage_caps(config.sandbox, tasks)
     async with open_pipeline(
         config,
         run_dir=run_dir,

@@ -25,11 +25,13 @@ import hashlib
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -515,6 +517,8 @@ def _bad_tasks(root: Path, good: list[Path]) -> dict[str, str]:
     copy("no-instruction").joinpath("instruction.md").unlink()
     copy("huge-instruction").joinpath("instruction.md").write_bytes(b"word " * (10 * 1024 * 1024))
     copy("binary-instruction").joinpath("instruction.md").write_bytes(bytes(range(256)) * 64)
+    # Under the 1 MiB load limit, far over the simulator's 32768-token context (issue 30).
+    copy("unfitting-instruction").joinpath("instruction.md").write_text("Read this note. " * 40_000)
     link = copy("symlink-out").joinpath("instruction.md")
     link.unlink()
     link.symlink_to("/etc/hostname")
@@ -525,11 +529,12 @@ def _bad_tasks(root: Path, good: list[Path]) -> dict[str, str]:
         "#!/bin/bash\nmkdir -p /logs/verifier\necho banana > /logs/verifier/reward.txt\n")
     return {"bad-toml": "refused", "no-instruction": "refused", "huge-instruction": "refused",
             "binary-instruction": "refused", "symlink-out": "refused", "dockerfile-fails": "permanent",
+            "unfitting-instruction": "permanent",
             "no-reward": "permanent", "garbage-reward": "permanent"}
 
 
 def malformed_tasks(suite: Suite) -> Fault:
-    """A dataset of good tasks and eight damaged ones: the good ones run as without them;
+    """A dataset of good tasks and nine damaged ones: the good ones run as without them;
     the damaged ones are refused by name, or stored as the task's fault, never graded."""
     root = suite.workdir / "malformed"
     kinds = _bad_tasks(root, suite.task_dirs[:2])
@@ -585,6 +590,11 @@ def bad_config(suite: Suite) -> Fault:
                     "engine.grace_period_s=nan", "llm.max_retries=-2", "run.concurrency=0"]:
         _refused(suite, fault, f"--set {setting}", run_dir, "--set", setting)
     _refused(suite, fault, "--metrics-port 70000", run_dir, "--metrics-port", "70000")
+    # Issue 30: upper bounds, one URL check, no silent default.
+    for flags in (["--set", "run.concurrency=99999999999999999999"], ["--set", "llm.total_timeout_s=1e300"],
+                  ["--llm-url", "http://127.0.0.1:99999"], ["--llm-url", "http://[::1"],
+                  ["--llm-url", "ftp://x"], ["--sim-servers", "100000"], ["--stages", ""]):
+        _refused(suite, fault, " ".join(flags), run_dir, *flags)
     not_dir = suite.workdir / "a-file"
     not_dir.write_text("precious\n")
     _refused(suite, fault, "--run-dir naming a file", not_dir)
@@ -621,6 +631,73 @@ def _foreign(db: Path) -> None:
     con.close()
 
 
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` by content, less SQLite's -wal/-shm (a reader may leave them)."""
+    return {str(p.relative_to(root)): _digest(p) for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+
+
+def _cli(suite: Suite, log: Path, *args: str) -> tuple[int, list[str]]:
+    done = launch(list(args), log=log, tag=suite.tag)
+    rc = done.wait(120)
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    log.unlink()
+    return rc, lines
+
+
+def out_not_ours(suite: Suite) -> Fault:
+    """``--out`` naming what export/analyze did not write (issue 30: they deleted it):
+    refused in one line, every file kept; an earlier output of their own is replaced."""
+    fault = suite.fault("out_not_ours", "input", expected=set())
+    run_dir = suite.workdir / "out-not-ours"
+    shutil.copytree(suite.workdir / "baseline", run_dir, dirs_exist_ok=True)
+    log = suite.workdir / "out-not-ours.log"
+    data = suite.workdir / "out-not-ours-results"
+    data.mkdir(exist_ok=True)
+    (data / "f.jsonl").write_text('{"task": "a", "harness": "h", "attempt": 0, "reward": 1}\n')
+    for what, args, kept in (
+        ("export RUN --out RUN", ["export", str(run_dir), "--out", str(run_dir), "--allow-scripted"], run_dir),
+        ("analyze RUN --out RUN", ["analyze", str(run_dir), "--out", str(run_dir), "--no-figures"], run_dir),
+        ("analyze --results D/f.jsonl --out D",
+         ["analyze", "--results", str(data / "f.jsonl"), "--out", str(data), "--no-figures"], data),
+    ):
+        before = _tree(kept)
+        rc, lines = _cli(suite, log, *args)
+        fault.check(f"{what}: refused with one line", rc == 1 and len(lines) == 1 and "error" in lines[0],
+                    f"exit {rc}: {lines[-3:]}")
+        fault.check(f"{what}: every file kept", _tree(kept) == before)
+    out = suite.workdir / "out-not-ours-export"
+    codes = [_cli(suite, log, "export", str(run_dir), "--out", str(out), "--allow-scripted")[0] for _ in range(2)]
+    fault.check("an earlier export of ours is replaced", codes == [0, 0], str(codes))
+    fault.leaked_processes += len(leaked_processes(suite.tag))
+    return fault
+
+
+def read_only_run(suite: Suite) -> Fault:
+    """A finished run on a read-only mount (issue 30: "unreadable ... restore it"):
+    analyze and export read it, and nothing is created there."""
+    fault = suite.fault("read_only_run", "input", expected=set())
+    run_dir = suite.workdir / "baseline"
+    point = suite.workdir / "read-only"
+    point.mkdir(exist_ok=True)
+    before = sorted(p.name for p in run_dir.iterdir())
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {run_dir} {point}"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        fault.check("a read-only bind mount can be made here (unshare -m, as root)", False, probe.stderr[-300:])
+        return fault
+    for what, args in (("analyze", ["analyze", str(point), "--out", str(suite.workdir / "ro-analysis"),
+                                    "--no-figures"]),
+                       ("export", ["export", str(point), "--out", str(suite.workdir / "ro-export"),
+                                   "--allow-scripted"])):
+        argv = [sys.executable, "-m", "rsr_async", *args]
+        shell = f"mount --bind -o ro {run_dir} {point} && exec " + " ".join(shlex.quote(a) for a in argv)
+        proc = subprocess.run(["unshare", "-m", "sh", "-c", shell], capture_output=True, text=True, timeout=240)
+        fault.check(f"{what} reads the read-only run", proc.returncode == 0, proc.stderr[-300:])
+    fault.check("nothing was created in the run directory", sorted(p.name for p in run_dir.iterdir()) == before)
+    return fault
+
+
 DEFERRED: dict[str, str] = {}
 """Faults in the matrix that wait for another issue: not run unless named in --only."""
 
@@ -629,7 +706,7 @@ SCENARIOS: list[Callable[[Suite], Fault]] = [
     server_errors, server_drops, server_stall, server_dies_and_returns,
     container_killed, container_removed, docker_host_unreachable,
     *(abuse(name) for name in ABUSE),
-    malformed_tasks, bad_config, damaged_store,
+    malformed_tasks, bad_config, damaged_store, out_not_ours, read_only_run,
 ]
 
 

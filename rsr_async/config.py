@@ -20,6 +20,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 from msgspec import Meta
@@ -40,6 +41,7 @@ __all__ = [
     "SandboxConfig",
     "SimConfig",
     "load_config",
+    "model_url_problem",
 ]
 
 CONFIG_DIR = shipped_dir("configs")
@@ -52,14 +54,30 @@ PIPELINE_STAGES = ("discover", "rewrite", "verify", "export")
 # Every numeric setting carries the bound it needs, checked wherever a config is loaded
 # (files, --set, flags, a stored run's config): a 0 that would make every episode wait
 # for a slot, or a negative deadline, fails at load time naming the key instead.
-AtLeastOne = Annotated[int, Meta(ge=1)]
+# Upper bounds too: ``run.concurrency = 99999999999999999999`` or a deadline of 1e300 s
+# is a typo, and would fail far from the key (an overflow in the event loop's clock, a
+# semaphore sized past memory) if it were let through.
+MAX_COUNT = 1_000_000
+"""Largest count of slots, items, tries or turns (:data:`AtLeastOne`, :data:`Count`)."""
+MAX_TOKENS = 1_000_000_000
+"""Largest token count (context windows, caches)."""
+MAX_SECONDS = 31_536_000.0
+"""Largest deadline, delay, rate or latency (:data:`Positive`, :data:`NonNegative`): a
+year in seconds, past any real setting, well inside the event loop's clock."""
+AtLeastOne = Annotated[int, Meta(ge=1, le=MAX_COUNT)]
 """A count of slots, items or tries where 0 would stall or do nothing."""
-Count = Annotated[int, Meta(ge=0)]
+Count = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
 """A count where 0 is meaningful (no retries, no warm containers)."""
-Positive = Annotated[float, Meta(gt=0)]
+Tokens = Annotated[int, Meta(ge=0, le=MAX_TOKENS)]
+"""A number of tokens, where 0 means none or unknown."""
+Positive = Annotated[float, Meta(gt=0, le=MAX_SECONDS)]
 """A rate or a deadline: 0 or less would never let anything through."""
-NonNegative = Annotated[float, Meta(ge=0)]
+NonNegative = Annotated[float, Meta(ge=0, le=MAX_SECONDS)]
 """A delay, backoff or latency, where 0 means none."""
+Seed = Annotated[int, Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+"""A seed: it is stored in SQLite, whose integers are 64-bit."""
+Cpus = Annotated[float, Meta(gt=0, le=1024)]
+"""CPUs of one sandbox (Docker refuses more than the host has when the container starts)."""
 Share = Annotated[float, Meta(ge=0, le=1)]
 """A share or probability."""
 Port = Annotated[int, Meta(ge=0, le=65535)]
@@ -98,7 +116,7 @@ class RunConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Model-only jobs (planner, critic, auditor) in flight at once; they hold no sandbox."""
     stages: tuple[str, ...] = ("discover",)
     """Pipeline stages ``run`` performs, in order: discover, rewrite, verify, export."""
-    seed: int = 0
+    seed: Seed = 0
     """Base seed; each episode derives its own from its job key."""
     prewarm: bool = True
     """Start the first wave's sandboxes (up to ``concurrency``) before any episode starts:
@@ -129,14 +147,20 @@ class SandboxConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Rate limit on container starts per Docker host."""
     max_concurrent_starts: AtLeastOne = 16
     """Container creations/starts in flight at once per Docker host."""
-    default_cpus: Positive = 1.0
+    default_cpus: Cpus = 1.0
     """CPU limit when the task sets none."""
-    default_memory_mb: Annotated[int, Meta(ge=6)] = 2048
+    default_memory_mb: Annotated[int, Meta(ge=6, le=1 << 20)] = 2048
     """Memory limit (MiB) when the task sets none."""
     pids_limit: AtLeastOne = 1024
     """Maximum processes per sandbox (stops fork bombs)."""
     allow_network: bool = False
     """Allow network for tasks that ask for it (both must agree)."""
+    allow_uncapped_storage: bool = False
+    """Run tasks that set ``storage_mb`` on a Docker host whose storage driver cannot cap a
+    container's disk (``StorageOpt size`` needs overlay2 on xfs with pquota, devicemapper,
+    btrfs or zfs; not overlay2 on ext4, not fuse-overlayfs). There only ``/tmp`` is capped
+    (a tmpfs) and ``/app``, ``/var`` … can fill the host's disk, so such a run is refused
+    at the start, naming the tasks and the host, unless this is true."""
     warm_pool: Count = 0
     """Containers kept started ahead of demand per image (0: none)."""
     max_concurrent_verifiers: AtLeastOne = 8
@@ -187,6 +211,27 @@ class SandboxConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
                 )
 
 
+def model_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a model server's address, or None if it can.
+
+    The one check of ``run --llm-url``, ``llm.urls`` and ``eval --model NAME=URL``: a port
+    out of range or a broken IPv6 literal would otherwise surface as a traceback from the
+    HTTP client, and a scheme it cannot speak as a 10 s probe of nothing.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # parses it: "Port out of range 0-65535", "Invalid IPv6 URL"
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return "expected an http:// or https:// URL, such as http://127.0.0.1:30000"
+    if not parts.hostname:
+        return "the URL names no host"
+    if port == 0:
+        return "port 0 cannot be connected to"
+    return None
+
+
 class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Model servers and how to talk to them."""
 
@@ -213,13 +258,13 @@ class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Retries for connection errors, 5xx, 429 and in-stream errors (never other 4xx)."""
     backoff_s: NonNegative = 0.5
     """Base of the jittered exponential backoff between retries."""
-    max_new_tokens: AtLeastOne = 4096
+    max_new_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] = 4096
     """Always sent explicitly (SGLang's ``/generate`` default is 128)."""
     temperature: NonNegative | None = None
     """Sampling temperature; None lets the server decide (Harbor sends none)."""
     top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
     """Nucleus sampling; None lets the server decide."""
-    context_length: Count = 0
+    context_length: Tokens = 0
     """Context window used when no server reports one (a router's workers are asked).
     0: the servers must report it; opening the model side fails if none does."""
     chat_template: str = ""
@@ -237,9 +282,9 @@ class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     whose only server blinked (issue 15: 10 s against a ~3.75-7.5 s budget)."""
     balance_abs_threshold: Count = 64
     """Sticky routing yields when max - min in-flight exceeds this ..."""
-    balance_rel_threshold: Annotated[float, Meta(ge=1)] = 1.5
+    balance_rel_threshold: Annotated[float, Meta(ge=1, le=MAX_COUNT)] = 1.5
     """... and max > min * this (sglang-router's cache_aware rule)."""
-    max_reply_bytes: AtLeastOne = 4 * 1024 * 1024
+    max_reply_bytes: Annotated[int, Meta(ge=1, le=1 << 30)] = 4 * 1024 * 1024
     """Largest reply body read from a server (bytes). A longer reply is cut off at the
     transport (memory stays bounded) and counts as the model's failure for that call:
     it comes back as an output-limit reply (finish reason ``length``, empty text), which
@@ -248,6 +293,12 @@ class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     probe_timeout_s: Positive = 10.0
     """Deadline of the ``/health`` probe of every server before any sandbox starts:
     all down fails the run at once (naming the URLs); some down is a warning."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for url in self.urls:
+            if (problem := model_url_problem(url)) is not None:
+                raise ValueError(f"llm.urls: {url!r} (--llm-url): {problem}")
 
 
 class HarnessConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -263,7 +314,7 @@ class HarnessConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Longest wait the model may ask for after a command."""
     default_duration_s: NonNegative = 1.0
     """Wait used when a command gives no duration (with a warning)."""
-    handoff_free_tokens: Count = 8000
+    handoff_free_tokens: Tokens = 8000
     """Hand off (summarise) when free context falls under this many tokens."""
     model_call_budget_s: Positive = 120.0
     """Time one model call may take out of the agent's time limit; the rest of a longer
@@ -330,7 +381,7 @@ class SimConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Listen port."""
     model_name: str = "scripted-stand-in"
     """Name reported by ``/get_model_info`` and ``/v1/models``."""
-    context_length: AtLeastOne = 32768
+    context_length: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] = 32768
     """Context window reported and enforced."""
     prefill_us_per_token: NonNegative = 20.0
     """Latency per uncached prompt token."""
@@ -340,7 +391,7 @@ class SimConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     with tokens, cache hits skip prefill, and a full server queues."""
     max_running_requests: AtLeastOne = 256
     """Requests decoded at once; the rest queue."""
-    cache_tokens: Count = 2_000_000
+    cache_tokens: Tokens = 2_000_000
     """Radix cache capacity in tokens (LRU eviction)."""
     error_rate: Share = 0.0
     """Fault injection: share of requests answered with HTTP 500."""
@@ -350,7 +401,7 @@ class SimConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Extra delay for slow requests."""
     drop_rate: Share = 0.0
     """Fault injection: share of connections dropped before replying."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed for fault injection and the scripted model."""
     enable_cache_report: bool = True
     """As SGLang's ``--enable-cache-report`` (which ``serve`` always passes): OpenAI

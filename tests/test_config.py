@@ -125,7 +125,7 @@ BAD_VALUES = [
     ("sandbox.max_concurrent_verifiers=0", r"sandbox\.max_concurrent_verifiers: expected an integer >= 1, got 0$"),
     ("sandbox.api_timeout_s=-1", r"sandbox\.api_timeout_s: expected a number > 0\.0, got -1$"),
     ("sandbox.api_timeout_s=nan", r"sandbox\.api_timeout_s: expected a number > 0\.0, got nan$"),
-    ("sandbox.command_timeout_s=inf", r"sandbox\.command_timeout_s: expected a finite number, got inf$"),
+    ("sandbox.command_timeout_s=inf", r"sandbox\.command_timeout_s: expected a number <= 31536000\.0, got inf$"),
     ("sandbox.default_memory_mb=1", r"sandbox\.default_memory_mb: expected an integer >= 6, got 1$"),
     ("sandbox.warm_pool=-1", r"sandbox\.warm_pool: expected an integer >= 0, got -1$"),
     ("sandbox.build_concurrency=0", r"sandbox\.build_concurrency: expected an integer >= 1"),
@@ -139,7 +139,16 @@ BAD_VALUES = [
     ("harness.max_duration_s=-1", r"harness\.max_duration_s: expected a number >= 0\.0"),
     ("engine.metrics_port=70000", r"engine\.metrics_port: expected an integer <= 65535, got 70000$"),
     ("engine.job_deadline_s=nan", r"engine\.job_deadline_s: expected a number >= 0\.0, got nan$"),
-    ("engine.grace_period_s=inf", r"engine\.grace_period_s: expected a finite number, got inf$"),
+    ("engine.grace_period_s=inf", r"engine\.grace_period_s: expected a number <= 31536000\.0, got inf$"),
+    # Upper bounds (issue 30): a typo far past any real setting fails here, not in the loop.
+    ("run.concurrency=99999999999999999999", r"run\.concurrency: expected an integer <= 1000000, got 99999999999999999999$"),
+    ("llm.total_timeout_s=1e300", r"llm\.total_timeout_s: expected a number <= 31536000\.0, got 1e\+300$"),
+    ("sandbox.default_cpus=1e9", r"sandbox\.default_cpus: expected a number <= 1024\.0, got 1000000000\.0$"),
+    ("run.seed=99999999999999999999", r"run\.seed: expected an integer <= 9223372036854775807"),
+    ("llm.urls=['http://127.0.0.1:99999']", r"llm\.urls: 'http://127\.0\.0\.1:99999' \(--llm-url\): not a valid URL \(Port out of range"),
+    ("llm.urls=['http://[::1']", r"llm\.urls: 'http://\[::1' \(--llm-url\): not a valid URL \(Invalid IPv6 URL\)$"),
+    ("llm.urls=['ftp://x']", r"llm\.urls: 'ftp://x' \(--llm-url\): expected an http:// or https:// URL"),
+    ("llm.urls=['http://:80']", r"llm\.urls: 'http://:80' \(--llm-url\): the URL names no host$"),
     ("rsr.validation_share=2", r"rsr\.validation_share: expected a number <= 1\.0, got 2$"),
     ("rsr.critic_ngram=0", r"rsr\.critic_ngram: expected an integer >= 1"),
     ("sim.port=-1", r"sim\.port: expected an integer >= 0, got -1$"),
@@ -198,6 +207,9 @@ def test_every_numeric_setting_has_a_bound() -> None:
             for bad in ("nan", "inf", "-inf"):
                 with pytest.raises(ConfigError, match=rf"{section}\.{key}: expected"):
                     load_config([], [f"{section}.{key}={bad}"])
+        # ... and far past any real setting is refused too (issue 30).
+        with pytest.raises(ConfigError, match=rf"{section}\.{key}: expected"):
+            load_config([], [f"{section}.{key}={'1e300' if kind is float else 10**20}"])
 
 
 CLI_BAD = [
@@ -205,9 +217,15 @@ CLI_BAD = [
     (["--set", "sandbox.api_timeout_s=-1"], "sandbox.api_timeout_s: expected a number > 0.0, got -1"),
     (["--set", "llm.read_timeout_s=nan"], "llm.read_timeout_s: expected a number > 0.0, got nan"),
     (["--metrics-port", "70000"], "--metrics-port: expected a port in 0..65535"),
-    (["--concurrency", "0"], "--concurrency: expected an integer >= 1, got 0"),
-    (["--attempts", "-2"], "--attempts: expected an integer >= 1, got -2"),
-    (["--sim-servers", "0"], "--sim-servers: expected an integer >= 1, got 0"),
+    (["--concurrency", "0"], "--concurrency: expected an integer from 1 to 1000000, got 0"),
+    (["--attempts", "-2"], "--attempts: expected an integer from 1 to 1000000, got -2"),
+    (["--sim-servers", "0"], "--sim-servers: expected an integer from 1 to 64, got 0"),
+    (["--sim-servers", "100000"], "--sim-servers: expected an integer from 1 to 64, got 100000"),
+    (["--concurrency", "99999999999999999999"], "--concurrency: expected an integer from 1 to 1000000"),
+    (["--stages", ""], "run.stages: no stage; expected some of discover"),
+    (["--llm-url", "http://127.0.0.1:99999"], "'http://127.0.0.1:99999' (--llm-url): not a valid URL (Port out of range"),
+    (["--llm-url", "http://[::1"], "'http://[::1' (--llm-url): not a valid URL (Invalid IPv6 URL)"),
+    (["--llm-url", "ftp://x"], "'ftp://x' (--llm-url): expected an http:// or https:// URL"),
 ]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from ..errors import RsrError
+from ..output_dirs import check_output_dir
 from .plots import draw_figures, plots_available
 from .tables import AnalysisInput, Table, all_tables
 
@@ -147,8 +148,9 @@ def _html(
 
 
 def write_analysis(data: AnalysisInput, out: str | Path, *, figures: bool = True) -> AnalysisReport:
-    """Compute every table of ``data`` and write the report into ``out`` (replaced whole)."""
-    out = Path(out)
+    """Compute every table of ``data`` and write the report into ``out`` (replaced whole:
+    only an empty directory or an earlier analysis, see :func:`check_output_dir`)."""
+    out = check_output_dir(out, "analysis")
     tables = all_tables(data)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -191,8 +193,6 @@ def write_analysis(data: AnalysisInput, out: str | Path, *, figures: bool = True
 
 def _replace(staging: Path, out: Path) -> None:
     """Put ``staging`` where ``out`` is, keeping the old one until the new one is in place."""
-    if out.exists() and not out.is_dir():
-        raise RsrError(f"{out}: exists and is not a directory; choose another --out")
     old = None
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")

@@ -45,6 +45,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
+from urllib.parse import quote
 
 import msgspec
 
@@ -99,6 +100,7 @@ OPERATIONAL_KEYS: Final = frozenset(
         "run.stages",
         "run.prewarm",
         "sandbox.docker_urls",
+        "sandbox.allow_uncapped_storage",
         "sandbox.max_concurrent_verifiers",
         "sandbox.command_timeout_s",
         "sandbox.shell_quiet_s",
@@ -358,9 +360,7 @@ class Store:
         store = cls(path, readonly=True)
         _check_header(path)
         try:
-            store._reader = sqlite3.connect(
-                f"file:{path}?mode=ro", uri=True, check_same_thread=False
-            )
+            store._reader = _connect_readonly(path)
             _check_ours(store._reader, path, allow_new=False)
         except sqlite3.DatabaseError as exc:
             raise StoreCorruptError(_corrupt_message(path, exc)) from exc
@@ -1124,6 +1124,36 @@ def _check_ours(conn: sqlite3.Connection, path: Path, *, allow_new: bool) -> Non
         f"{path}: an SQLite database that rsr_async did not write (application_id "
         f"{app_id:#x}, tables {sorted(tables)[:5]}); it was left untouched: choose another --run-dir"
     )
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A query-only connection to ``path``, also where its directory cannot be written.
+
+    ``mode=ro`` still creates ``run.db-shm`` (the WAL index) beside the database, so a
+    finished run on a read-only mount (an archive, a shared volume) would read as
+    unreadable. Where the directory is not writable and no write-ahead log is pending,
+    the database is opened ``immutable``: nothing can change it there, and SQLite then
+    needs no lock and no index. A pending log (``run.db-wal``, not yet folded into the
+    database) cannot be read without its index; if SQLite cannot open it read-only, the
+    error says to copy the run directory somewhere writable.
+    """
+    uri = f"file:{quote(str(path))}?mode=ro"
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.exists() and wal.stat().st_size > 0
+    if os.access(path.parent, os.W_OK) or pending:
+        try:
+            conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            conn.execute("PRAGMA schema_version").fetchone()  # opens the file and the log
+            return conn
+        except sqlite3.OperationalError as exc:
+            if os.access(path.parent, os.W_OK):
+                raise
+            raise StoreError(
+                f"{path}: the run directory is read-only and holds a write-ahead log not yet "
+                f"folded into the database ({wal.name}), which SQLite cannot read there ({exc}); "
+                "copy the run directory somewhere writable and open the copy"
+            ) from exc
+    return sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False)
 
 
 def _corrupt_message(path: Path, exc: BaseException) -> str:

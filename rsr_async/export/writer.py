@@ -44,6 +44,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from ..output_dirs import check_output_dir
 from ..schema import encode
 from .atif import atif_document
 from .public import (
@@ -324,7 +325,8 @@ def write_export(
     counts: Mapping[str, Any] | None = None,
     rejected: RejectedMode = "weight",
 ) -> dict[str, Any]:
-    """Write the export of ``records`` to ``out_dir`` (replacing it whole) and return the manifest.
+    """Write the export of ``records`` to ``out_dir`` (replacing it whole: only an empty
+    directory or an earlier export, see :func:`check_output_dir`) and return the manifest.
 
     ``counts`` (per pipeline stage, from the caller) is stored in the manifest as is; it
     must be JSON-serialisable. Records without a public conversation (no model reply
@@ -333,6 +335,7 @@ def write_export(
     I/O: call it from a worker thread inside an event loop.
     """
     plan = _Plan(records, validation_share=validation_share, seed=seed, rejected=rejected)
+    out_dir = check_output_dir(out_dir, "export")
     files, split = plan.files, plan.split
     outputs: dict[str, bytes] = {}
     tables: dict[str, list[tuple[str, bytes]]] = {}
@@ -384,7 +387,7 @@ def write_export(
         rejected=rejected,
     )
     outputs["manifest.json"] = _json_bytes(manifest, indent=2) + b"\n"
-    _write_atomically(Path(out_dir), outputs)
+    _write_atomically(out_dir, outputs)
     return manifest
 
 
@@ -640,8 +643,6 @@ def _remove_leftovers(out_dir: Path) -> None:
 def _write_atomically(out_dir: Path, outputs: Mapping[str, bytes]) -> None:
     parent = out_dir.parent
     parent.mkdir(parents=True, exist_ok=True)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"export: {out_dir} exists and is not a directory")
     _remove_leftovers(out_dir)
     tag = f"{os.getpid()}-{secrets.token_hex(4)}"
     tmp = parent / f".{out_dir.name}.tmp-{tag}"

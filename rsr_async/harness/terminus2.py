@@ -360,7 +360,15 @@ class TerminusSession:
             completion = await self.ask(self.context, prompt, origin, notes)
         except ContextLengthError as exc:
             if self.turn == 0:
-                raise EpisodeEnd("context", f"the task prompt does not fit: {exc}") from exc
+                # Nothing of the model's is in the context yet: the task's instruction (or
+                # the configured context) makes it unattemptable. That is a permanent error
+                # of the task, stored apart and left out of pass@k, not the model's failure.
+                raise ContextLengthError(
+                    f"the task prompt does not fit the model's context before the model's first "
+                    f"turn ({self.model.context_length} tokens): the task cannot be attempted "
+                    f"with this model; shorten its instruction or use a longer context ({exc})",
+                    status=exc.status,
+                ).as_permanent() from exc
             self.notes[:0] = notes  # the refused prompt's notes follow the handoff prompt
             completion = await self.ask_after_handoff()
         self.context_tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 import msgspec
 
-from ..config import Config, add_config_arguments, load_config
+from ..config import MAX_COUNT, Config, add_config_arguments, load_config
 from ..engine import Job
 from ..engine.signals import (
     EXIT_OK,
@@ -33,6 +33,7 @@ from ..engine.signals import (
 )
 from ..engine.store import resume_view
 from ..errors import ConfigError, TaskError
+from ..output_dirs import check_output_dir
 from ..schema import Task
 from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs
@@ -41,7 +42,7 @@ from .figures import pipeline_figures, render_figures
 if TYPE_CHECKING:
     from ..export import RejectedMode
     from .exporting import ExportFormat
-from .runtime import EpisodeRuntime, open_pipeline, prewarm_wave
+from .runtime import EpisodeRuntime, check_storage_caps, open_pipeline, prewarm_wave
 from .summary import render_summary, render_summary_phases, summarise, write_summary
 
 FINISHED = ("succeeded", "failed")
@@ -109,7 +110,7 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
         values["engine"]["metrics_port"] = args.metrics_port
     if args.ray:
         values["cluster"]["ray_address"] = args.ray
-    if args.stages:
+    if args.stages is not None:  # "" is no stage, refused by RunConfig, not the default
         values["run"]["stages"] = [s.strip() for s in args.stages.split(",") if s.strip()]
     return {k: v for k, v in values.items() if v}
 
@@ -146,12 +147,23 @@ async def prewarm_until_interrupted(
 
 def check_flags(args: argparse.Namespace) -> None:
     """Refuse flag values that would hang or crash later, naming the flag (one line)."""
-    for flag, value in (("--concurrency", args.concurrency), ("--attempts", args.attempts),
-                        ("--sim-servers", args.sim_servers)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag}: expected an integer >= 1, got {value}")
+    for flag, value in (("--concurrency", args.concurrency), ("--attempts", args.attempts)):
+        if value is not None and not 1 <= value <= MAX_COUNT:
+            raise ConfigError(f"{flag}: expected an integer from 1 to {MAX_COUNT}, got {value}")
+    check_sim_servers(args.sim_servers)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port: expected a port in 0..65535 (0: off), got {args.metrics_port}")
+
+
+MAX_SIM_SERVERS = 64
+"""Most embedded simulator processes (``--sim-servers``): each is a Python process with
+its own port; more than the machine's cores only adds start-up time and memory."""
+
+
+def check_sim_servers(count: int) -> None:
+    """Refuse a ``--sim-servers`` count outside 1..:data:`MAX_SIM_SERVERS`, naming the flag."""
+    if not 1 <= count <= MAX_SIM_SERVERS:
+        raise ConfigError(f"--sim-servers: expected an integer from 1 to {MAX_SIM_SERVERS}, got {count}")
 
 
 def make_run_dir(run_dir: Path) -> Path:
@@ -169,6 +181,8 @@ def make_run_dir(run_dir: Path) -> Path:
 def main(args: argparse.Namespace) -> int:
     check_flags(args)
     config = load_config(args.config, args.set, _flag_values(args))
+    if args.out and "export" in config.run.stages:  # refused now, not after the discover stage
+        check_output_dir(args.out, "export")
     sources = [str(Path(s).resolve()) for s in config.run.dataset] or [str(BUNDLED_SUITE)]
     dataset = load_dataset(sources)
     for error in dataset.errors:
@@ -222,6 +236,8 @@ async def _run(
 ) -> int:
     started = time.monotonic()
     stages = config.run.stages
+    if set(stages) & {"discover", "verify"}:  # the stages that start sandboxes
+        await check_storage_caps(config.sandbox, tasks)
     notice = partial(print, file=sys.stderr)
     async with open_pipeline(
         config,

@@ -37,7 +37,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
 import anyio
 import msgspec
@@ -51,7 +50,7 @@ from ..analysis.checkpoints import (
 )
 from ..analysis.rollouts import Rollout
 from ..analysis.runs import store_rollouts
-from ..config import Config, LLMConfig, add_config_arguments, load_config
+from ..config import Config, LLMConfig, add_config_arguments, load_config, model_url_problem
 from ..engine.signals import (
     EXIT_JOB_ERRORS,
     EXIT_OK,
@@ -66,7 +65,7 @@ from ..schema import Task
 from ..tasks import load_dataset
 from .commands import FINISHED, prewarm_until_interrupted
 from .discover import discover_jobs
-from .runtime import open_pipeline
+from .runtime import check_storage_caps, open_pipeline
 
 __all__ = ["configure", "default_eval_dir", "load_benchmarks", "main", "parse_checkpoints"]
 
@@ -119,9 +118,8 @@ def parse_checkpoints(values: Sequence[str]) -> list[Checkpoint]:
             )
         if name in seen:
             raise ConfigError(f"{flag}: the name {name!r} is given twice; each column needs its own")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{flag}: expected an http(s) URL after '=', got {url!r}")
+        if (problem := model_url_problem(url)) is not None:
+            raise ConfigError(f"{flag}: the URL after '=' ({url!r}): {problem}")
         seen.add(name)
         out.append(Checkpoint(name=name, url=url.rstrip("/")))
     return out
@@ -230,9 +228,10 @@ async def _evaluate(plan: _Plan) -> int:
     async with anyio.create_task_group() as tg:
         for checkpoint, config in zip(plan.checkpoints, plan.configs, strict=True):
             tg.start_soon(_probe, checkpoint, config.llm, simulators)
+    tasks = [task for bench in plan.benchmarks.values() for task in bench]
+    await check_storage_caps(plan.configs[0].sandbox, tasks)
     plan.eval_dir.mkdir(parents=True, exist_ok=True)
     print(f"eval directory: {plan.eval_dir}", file=sys.stderr)
-    tasks = [task for bench in plan.benchmarks.values() for task in bench]
     done: list[Checkpoint] = []
     codes: list[int] = []
     for checkpoint, config in zip(plan.checkpoints, plan.configs, strict=True):

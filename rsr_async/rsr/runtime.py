@@ -30,13 +30,20 @@ from typing import Literal
 import anyio
 import msgspec
 
-from ..config import Config
+from ..config import Config, SandboxConfig
 from ..engine import Engine, Job, JobRunner, ProgressSink, Store
-from ..errors import ConfigError, ConfigMismatchError, InfraError, LLMConnectionError
+from ..errors import (
+    ConfigError,
+    ConfigMismatchError,
+    DockerUnavailableError,
+    InfraError,
+    LLMConnectionError,
+)
 from ..llm import ModelRouter, spawn_sim_servers
 from ..phases import LIVE_PHASES
 from ..sandbox import SandboxPool, bootstrap_base_image
 from ..sandbox.base import SandboxProvider
+from ..sandbox.hosts import DockerHost
 from ..schema import EpisodeSpec, JobResult, Task
 from .discover import discover_jobs
 from .episode import EpisodeRunner
@@ -189,6 +196,41 @@ async def episode_runtime(
                 # Mean seconds per finished episode, by phase (see rsr_async.phases).
                 **{f"{name}_s": partial(episodes.phases.mean, name) for name in LIVE_PHASES},
             },
+        )
+
+
+async def check_storage_caps(sandbox: SandboxConfig, tasks: Sequence[Task]) -> None:
+    """Refuse, before anything starts, tasks that set ``storage_mb`` where no cap can hold it.
+
+    A Docker host whose storage driver takes no ``StorageOpt size`` caps only ``/tmp``
+    (the pool mounts a tmpfs there); the rest of the container's writable layer is
+    unlimited, so a task's ``storage_mb`` would be a promise not kept. Unless
+    ``sandbox.allow_uncapped_storage`` opts in, such a run is a
+    :class:`~rsr_async.errors.ConfigError` naming the tasks and the hosts. A host that
+    does not answer is left to the pool, which reports it when it opens.
+    """
+    wanting = [task.name for task in tasks if task.storage_mb]
+    if not wanting or sandbox.allow_uncapped_storage:
+        return
+    uncapped: list[str] = []
+    for url in sandbox.docker_urls:
+        host = DockerHost(url, starts_per_s=sandbox.starts_per_s, max_concurrent_starts=1)
+        try:
+            await host.probe_storage(min(sandbox.api_timeout_s, 15.0))
+        except DockerUnavailableError:
+            continue
+        finally:
+            await host.close()
+        if not host.storage_quota:
+            uncapped.append(f"{url} (storage driver {host.storage_driver or 'unknown'!r})")
+    if uncapped:
+        shown = ", ".join(wanting[:3]) + (f" and {len(wanting) - 3} more" if len(wanting) > 3 else "")
+        raise ConfigError(
+            f"{len(wanting)} task(s) set storage_mb ({shown}), but Docker on {', '.join(uncapped)} "
+            "cannot cap a container's disk (StorageOpt size needs overlay2 on xfs with pquota, "
+            "devicemapper, btrfs or zfs): only /tmp would be capped. Nothing was started. Run on "
+            "such a host, or pass --set sandbox.allow_uncapped_storage=true to run them with "
+            "only /tmp capped"
         )
 
 

@@ -22,10 +22,10 @@ from ..engine.signals import EXIT_OK, exit_code, run_async, shutdown_on_signals
 from ..engine.store import STAGE_SCOPED, Store
 from ..errors import StoreError
 from ..schema import EpisodeSpec, Task
-from .commands import add_stage_arguments, write_task_list
+from .commands import add_stage_arguments, check_sim_servers, write_task_list
 from .exporting import default_out, export_run
 from .figures import pipeline_figures, render_figures
-from .runtime import open_pipeline
+from .runtime import check_storage_caps, open_pipeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +56,7 @@ def _stored(run_dir: Path) -> tuple[dict[str, object], list[Task]]:
 
 
 def main(args: argparse.Namespace) -> int:
+    check_sim_servers(args.sim_servers)
     run_dir = Path(args.run_dir)
     if not (run_dir / "run.db").is_file():
         raise StoreError(f"{run_dir}: not a run directory (no run.db); run `python -m rsr_async run` first")
@@ -96,6 +97,8 @@ def _export(config: Config, run_dir: Path, args: argparse.Namespace) -> int:
 async def _run_stage(config: Config, tasks: list[Task], run_dir: Path, args: argparse.Namespace) -> int:
     started = time.monotonic()
     done = 0
+    if args.command == "verify":  # the stage that starts sandboxes
+        await check_storage_caps(config.sandbox, tasks)
     async with open_pipeline(
         config,
         run_dir=run_dir,

@@ -26,7 +26,9 @@ else in those tables is kept in ``Task.metadata``. Every error names the task an
 A task's own faults are refused here, so they are reported as a malformed task rather
 than charged to a model or to the infrastructure later:
 
-- timeouts, ``cpus``, ``memory_mb`` and ``storage_mb`` must be finite and > 0;
+- timeouts, ``cpus``, ``memory_mb`` and ``storage_mb`` must be finite, > 0 and at most
+  :data:`MAX_TIMEOUT_S` (a week), :data:`MAX_CPUS`, :data:`MAX_MEMORY_MB` and
+  :data:`MAX_STORAGE_MB` (1 TiB each);
 - an instruction over :data:`MAX_INSTRUCTION_BYTES` (1 MiB);
 - a symlink anywhere in the task directory that resolves outside it (it would put a host
   file into the prompt, the stored trajectory, the image or the verifier);
@@ -190,6 +192,28 @@ def _check_symlinks(root: Path, task: str) -> None:
                 )
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+"""Longest timeout a task may set (any ``*timeout_sec``): a week. A larger one is a typo
+that would hold a sandbox forever (``1e300`` overflows the event loop's clock)."""
+MAX_CPUS = 1024.0
+"""Most CPUs a task may ask for; Docker refuses more than the host has at container start."""
+MAX_MEMORY_MB = 1 << 20
+"""Most memory a task may ask for (1 TiB, in MiB)."""
+MAX_STORAGE_MB = 1 << 20
+"""Most disk a task may ask for (1 TiB, in MiB)."""
+
+
+def _maximum(key: str) -> float:
+    """The largest value a numeric task field may take (refused at load, naming the key)."""
+    if key.endswith("timeout_sec"):
+        return MAX_TIMEOUT_S
+    return {"cpus": MAX_CPUS, "memory_mb": MAX_MEMORY_MB, "storage_mb": MAX_STORAGE_MB}.get(key, math.inf)
+
+
+def _at_most(top: float) -> str:
+    return f" and at most {int(top)}" if math.isfinite(top) else ""
+
+
 class _Fields:
     """Typed access to one table of a config file; errors name the file and key."""
 
@@ -214,8 +238,9 @@ class _Fields:
         value = self.table.get(key, default)
         if value is None:
             return None
-        if not _is_positive(value):
-            raise self._bad(key, "a number > 0 (not NaN or inf)", value)
+        top = _maximum(key)
+        if not _is_positive(value) or value > top:
+            raise self._bad(key, f"a number > 0{_at_most(top)}", value)
         return float(value)
 
     def integer(self, key: str) -> int | None:
@@ -223,8 +248,9 @@ class _Fields:
         value = self.table.get(key)
         if value is None:
             return None
-        if not _is_positive(value) or int(value) < 1:
-            raise self._bad(key, "an integer > 0", value)
+        top = _maximum(key)
+        if not _is_positive(value) or int(value) < 1 or value > top:
+            raise self._bad(key, f"an integer > 0{_at_most(top)}", value)
         return int(value)
 
     def string(self, key: str, default: str | None = None) -> str | None:
@@ -284,8 +310,8 @@ def _size_mb(fields: _Fields, key: str, legacy: str) -> int | None:
         mb = int(float(raw[:-1]) * units[raw[-1]]) if raw and raw[-1] in units else int(float(raw))
     except (ValueError, OverflowError):  # "nanG", "infG"
         mb = 0
-    if mb < 1:
-        raise fields._bad(legacy, f'a size of at least 1M, such as "2G" or {key} = 2048', text)
+    if not 1 <= mb <= MAX_MEMORY_MB:
+        raise fields._bad(legacy, f'a size from 1M to {MAX_MEMORY_MB}M, such as "2G" or {key} = 2048', text)
     return mb
 
 

@@ -404,10 +404,16 @@ async def test_the_handoff_unwinds_the_old_context_when_the_summary_does_not_fit
     assert len(model.calls[4].messages) == len(model.calls[3].messages) - 2
 
 
+async def test_a_task_prompt_that_never_fits_is_a_permanent_error_not_the_models() -> None:
+    # Issue 30: nothing of the model's is in the context yet, so the task cannot be
+    # attempted; the engine stores a permanent error (never graded), not a `context` end.
+    with pytest.raises(ContextLengthError, match="task prompt does not fit") as caught:
+        await play([ContextLengthError("too long", status=400)])
+    assert caught.value.permanent and not caught.value.retryable
+
+
 async def test_context_that_cannot_be_recovered_ends_with_context() -> None:
     overflow = ContextLengthError("too long", status=400)
-    outcome, _, _, _ = await play([overflow])
-    assert outcome.end_reason == "context" and "task prompt does not fit" in (outcome.error or "")
     outcome, _, _, _ = await play([act("echo a\n"), overflow, "SUMMARY", overflow])
     assert outcome.end_reason == "context" and "questions do not fit" in (outcome.error or "")
     tiny = [

@@ -46,6 +46,12 @@ def _closed_port() -> int:
         (["foo"], "--model foo: expected NAME=URL (e.g. --model base=http://127.0.0.1:30000)"),
         ([f"a={URL}", "a=http://127.0.0.1:30001"],
          "--model a=http://127.0.0.1:30001: the name 'a' is given twice; each column needs its own"),
+        # The one URL check run --llm-url uses too (issue 30: these were tracebacks here).
+        (["a=http://127.0.0.1:99999"],
+         "--model a=http://127.0.0.1:99999: the URL after '=' ('http://127.0.0.1:99999'): "
+         "not a valid URL (Port out of range 0-65535)"),
+        (["a=http://[::1"],
+         "--model a=http://[::1: the URL after '=' ('http://[::1'): not a valid URL (Invalid IPv6 URL)"),
     ],
 )
 def test_bad_model_flags(tmp_path: Path, bench: Path, models: list[str], says: str) -> None:
@@ -62,8 +68,8 @@ def test_bad_model_flags(tmp_path: Path, bench: Path, models: list[str], says: s
         (f"={URL}", f"--model ={URL}: the checkpoint's name (before '=') is empty"),
         (f"../up={URL}", f"--model ../up={URL}: the name '../up' names a directory"),
         ("eval.json=http://x:1", "names a directory"),  # would clash with the eval's own file
-        ("a=ftp://host/x", "--model a=ftp://host/x: expected an http(s) URL"),
-        ("a=", "--model a=: expected an http(s) URL"),
+        ("a=ftp://host/x", "--model a=ftp://host/x: the URL after '=' ('ftp://host/x'): expected an http://"),
+        ("a=", "--model a=: the URL after '=' (''): expected an http://"),
     ],
 )
 def test_more_bad_model_values(value: str, says: str) -> None:

@@ -350,8 +350,12 @@ class VerifierStation:
         for key, value in run.env.items():
             argv += ["--env", f"{key}={value}"]
         argv += ["--", run.command]
-        with docker_errors(f"{name}: hidden tests exec", url=self._url), anyio.fail_after(self._timeout):
-            execution = await station.exec(argv, stdin=True, tty=False)
+        try:
+            with docker_errors(f"{name}: hidden tests exec", url=self._url), anyio.fail_after(self._timeout):
+                execution = await station.exec(argv, stdin=True, tty=False)
+        except ContainerError:
+            await self._forget(station)  # gone or stopped: the next run starts a new one
+            raise
         results = bytearray()
         output = bytearray()
         stream = execution.start(detach=False)
@@ -378,6 +382,14 @@ class VerifierStation:
                     pass
         text = output.decode("utf-8", errors="replace")
         return report_from_records(decode_records(bytes(results)), text)
+
+    async def _forget(self, station: Any) -> None:
+        """Drop ``station`` (removed, best effort) if it is still the one in use."""
+        async with self._lock:
+            if self._container is station:
+                self._container = None
+                with anyio.CancelScope(shield=True):
+                    await remove_container(self._docker, station.id, timeout_s=self._timeout)
 
     async def aclose(self) -> None:
         """Remove the station container (shielded: it must go even on cancellation)."""

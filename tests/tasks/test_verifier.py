@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
@@ -196,3 +197,22 @@ async def test_oracle_on_harbor_fixture(pool: SandboxPool, fixtures: Path) -> No
         assert result.exit_code == 0 and not result.timed_out
         after = await verify(sandbox, task)
         assert after.passed and not math.isnan(after.reward or 0)
+
+
+async def test_a_lost_verifier_station_is_replaced(pool: SandboxPool, tmp_path: Path) -> None:
+    """The station container removed under a live pool (a daemon restart, an operator's
+    `docker rm`): that verification is infrastructure, and the next one starts a new one."""
+    from rsr_async.errors import SandboxError
+    from rsr_async.sandbox.hidden import STATION_EPISODE
+    from rsr_async.sandbox.ownership import LABEL_EPISODE, LABEL_RUN
+
+    task = harbor_task(tmp_path, "echo 1 > /logs/verifier/reward.txt")
+    async with pool.sandbox(task, key="station-lost") as sandbox:
+        assert (await verify(sandbox, task)).passed
+        listing = await anyio.run_process(["docker", "ps", "-q", "--filter", f"label={LABEL_RUN}={pool.run_id}",
+                                           "--filter", f"label={LABEL_EPISODE}={STATION_EPISODE}"])
+        [station] = listing.stdout.decode().split()
+        await anyio.run_process(["docker", "rm", "-f", station])
+        with pytest.raises(SandboxError):
+            await verify(sandbox, task)
+        assert (await verify(sandbox, task)).passed

@@ -14,9 +14,9 @@ directory plays each container (:class:`HostDirEnvironment`; container paths are
 under it), and :class:`PlannedAgent` does what its trial's plan says (write the agent's
 files, or not).
 
-The tasks are ``tests/tasks/fixtures/harbor_separate/<task>/`` (their ``test.sh`` runs
+The tasks are ``tests/tasks/harbor_separate/<task>/`` (their ``test.sh`` runs
 under Harbor's host directory, ``$ROOT``, and in a container, where ``$ROOT`` is empty).
-Output, replaced on every run: ``tests/tasks/fixtures/harbor_separate/expected.json``,
+Output, replaced on every run: ``tests/tasks/harbor_separate/expected.json``,
 the rewards Harbor recorded per (task, plan). ``tests/tasks/test_verifier_modes.py``
 replays each plan in real Docker sandboxes through :func:`rsr_async.tasks.grade` and
 compares.
@@ -46,7 +46,7 @@ from harbor.models.trial.config import AgentConfig, EnvironmentConfig  # noqa: E
 from harbor.models.trial.result import TrialResult  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-TASKS = REPO / "tests" / "tasks" / "fixtures" / "harbor_separate"
+TASKS = REPO / "tests" / "tasks" / "harbor_separate"
 WORK = Path("/tmp/harbor-record-verifier")
 MODULE = "record_harbor_verifier"
 

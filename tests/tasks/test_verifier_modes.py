@@ -122,7 +122,7 @@ async def test_the_bundled_service_task_validates(pool: SandboxPool) -> None:
     assert row.oracle_reward == 1.0 and row.nop_reward == 0.0
 
 
-SEPARATE = Path(__file__).resolve().parent / "fixtures" / "harbor_separate"
+SEPARATE = Path(__file__).resolve().parent / "harbor_separate"  # Harbor tasks, kept out of fixtures/'s datasets
 
 
 @pytest.mark.docker

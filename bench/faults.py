@@ -172,7 +172,7 @@ def sigkill_x5(suite: Suite) -> Fault:
     while kills < 5 and launches < 10:
         launches += 1
         before = len(final(db))
-        run = suite.start(run_dir, "--concurrency", "2")  # slower, so five kills land mid-run
+        run = suite.start(run_dir, "--concurrency", "1")  # slower, so five kills land mid-run
         if launches % 2:  # a moment in start-up or mid-run
             _wait_for(lambda: False, run, suite.rng.uniform(1.0, 7.0))
         else:  # just after a job was stored

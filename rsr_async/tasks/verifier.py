@@ -40,9 +40,11 @@ never graded. Tests that run past their time limit, or that were killed by a sig
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
+import shutil
 import tempfile
 import time
 from contextlib import AbstractAsyncContextManager
@@ -497,10 +499,12 @@ async def grade(
     if task.verifier_mode != "separate":
         return await verify(sandbox, task, time_limit=time_limit, stop_agent=stop_agent)
     await _collect(sandbox, task)
-    with tempfile.TemporaryDirectory(prefix="rsr-artifacts-") as scratch:
+    # The artifacts pass through a scratch directory, made and removed off the event loop.
+    scratch = Path(await anyio.to_thread.run_sync(functools.partial(tempfile.mkdtemp, prefix="rsr-artifacts-")))
+    try:
         copied: list[tuple[Path, str]] = []
         for index, source in enumerate(dict.fromkeys((*task.artifacts, ARTIFACTS_DIR))):
-            local = Path(scratch) / str(index) / (Path(source).name or "root")
+            local = scratch / str(index) / (Path(source).name or "root")
             try:
                 await sandbox.download(source, local)
             except FileNotFoundError:
@@ -510,6 +514,9 @@ async def grade(
             for local, source in copied:
                 await fresh.upload(local, source)
             return await verify(fresh, task, time_limit=time_limit)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, scratch, ignore_errors=True))
 
 
 async def try_grade(

@@ -5,7 +5,6 @@ overflowed; ``cpus = 1e9`` failed only at container start."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
@@ -15,23 +14,14 @@ from rsr_async.errors import TaskError
 from rsr_async.tasks import load_task
 from rsr_async.tasks.loader import MAX_CPUS, MAX_MEMORY_MB, MAX_STORAGE_MB, MAX_TIMEOUT_S
 
+from .test_loader_faults import _set_toml as _set
+
 
 @pytest.fixture
 def harbor(tmp_path: Path, fixtures: Path) -> Path:
     root = tmp_path / "tasks" / "full-harbor"
     shutil.copytree(fixtures / "harbor/full-harbor", root)
     return root
-
-
-def _set(root: Path, table: str, key: str, value: str) -> None:
-    file = root / "task.toml"
-    text = file.read_text()
-    pattern = re.compile(rf"(\[{table}\][^\[]*?)^{key} = .*$", re.M | re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda m: f"{m.group(1)}{key} = {value}", text, count=1)
-    else:
-        text = text.replace(f"[{table}]\n", f"[{table}]\n{key} = {value}\n", 1)
-    file.write_text(text)
 
 
 TOO_BIG = [

@@ -123,8 +123,8 @@ async def test_a_background_writer_of_the_tests_loses(pool: SandboxPool, tmp_pat
     async with pool.sandbox(task, key="tests-writer") as sandbox:
         await sandbox.run("mkdir -p /app && echo wrong > /app/out", time_limit=20)
         # the agent keeps "correcting" whatever answer key appears in /tests
-        await agent_types(sandbox, "setsid bash -c 'while true; do [ -d /tests ] && echo wrong > "
-                                   "/tests/expected; sleep 0.01; done' > /dev/null 2>&1 < /dev/null &")
+        await agent_types(sandbox, "setsid bash -c 'while true; do [ -d /tests ] && echo wrong > /tests/.e && "
+                                   "mv /tests/.e /tests/expected; sleep 0.01; done' > /dev/null 2>&1 < /dev/null &")
         assert await naive_verify(sandbox, task, until_tests="grep -qx wrong /tests/expected") == 1.0
         result = await verify(sandbox, task)
         assert result.reward == 0.0, result.output

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._version import __version__
 from .config import Config, load_config
 from .errors import (
     ConfigError,
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from .engine import Engine, Job
     from .rsr.runtime import Pipeline, open_pipeline
 
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:

@@ -40,7 +40,7 @@ COMMANDS: dict[str, Subcommand] = {
          "tasks validate --concurrency 4 --json validate.json",
          "tasks validate ~/suites/tb2 --set sandbox.memory_mb=4096 -v")),
     "images": Subcommand(
-        "bootstrap the offline base image, build task images", "rsr_async.sandbox.image_commands", 3,
+        "bootstrap the offline base image, build task images", "rsr_async.tasks.image_commands", 3,
         ("images bootstrap", "images bootstrap --tag rsr-base:test --force",
          "images build --set sandbox.docker_urls=[\"unix:///var/run/docker.sock\"]")),
     "sandbox": Subcommand(
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         top.print_help()
         return 0 if argv else 2
     if argv[0] in ("-V", "--version"):
-        from . import __version__
+        from ._version import __version__
 
         print(f"rsr_async {__version__}")
         return 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from .public import PublicMessage
 
 __all__ = ["ATIF_VERSION", "HARBOR_AGENTS", "atif_document"]

@@ -31,9 +31,11 @@ from .errors import ConfigError
 __all__ = [
     "CONFIG_DIR",
     "add_config_arguments",
+    "check_harness_name",
     "ClusterConfig",
     "Config",
     "EngineConfig",
+    "HARNESS_NAMES",
     "HarnessConfig",
     "LLMConfig",
     "RsrConfig",
@@ -579,8 +581,13 @@ def resolve_config_path(name: str | Path) -> Path:
     return CONFIG_DIR / f"{name}.toml"
 
 
+HARNESS_NAMES = ("terminus2", "statem", "rsrt")
+"""Every harness a setting may name. The registry in :mod:`rsr_async.harness` builds
+exactly these (a test holds them equal); the names live here, on the ground floor, so
+that loading a config never imports the harnesses."""
+
 _HARNESS_KEYS = (("run", "harnesses"), ("rsr", "executor_harness"))
-"""Settings that name harnesses: checked against the harness registry at load time."""
+"""Settings that name harnesses: checked against :data:`HARNESS_NAMES` at load time."""
 
 
 def _harness_keys_set(patch: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -591,20 +598,21 @@ def _harness_keys_set(patch: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def check_harness_name(name: str, *, where: str = "") -> None:
+    """Raise :class:`ConfigError` unless ``name`` is a harness; ``where`` (a file and key)
+    prefixes the message."""
+    if name not in HARNESS_NAMES:
+        prefix = f"{where}: " if where else ""
+        raise ConfigError(f"{prefix}unknown harness {name!r}: expected one of {', '.join(HARNESS_NAMES)}")
+
+
 def _check_harnesses(config: Config, origins: Mapping[tuple[str, str], str]) -> None:
-    """Every harness a source asked for must exist and be built; errors name the source.
-
-    Only keys some source set are checked (the defaults name Terminus 2, which a test
-    holds to the registry), so loading a config imports the harnesses only when needed.
-    """
-    if not origins:
-        return
-    from .harness import check_harness  # the harnesses import this module
-
+    """Every harness a source asked for must exist; errors name the source (the defaults
+    name Terminus 2, which a test holds to the registry)."""
     for (section, key), source in origins.items():
         value = getattr(getattr(config, section), key)
         for name in (value,) if isinstance(value, str) else value:
-            check_harness(name, where=f"{source}: {section}.{key}")
+            check_harness_name(name, where=f"{source}: {section}.{key}")
 
 
 def load_config(
@@ -619,7 +627,7 @@ def load_config(
 
     ``values`` is a nested mapping from CLI flags (e.g. ``{"run": {"concurrency": 512}}``);
     ``base`` is a whole stored config (a run directory's, for the stage commands).
-    A harness name that is unknown, or planned but not built yet, fails here, naming the
+    A harness name that is unknown fails here, naming the
     file (or ``--set``) and key it came from, rather than as an infra error per episode.
     """
     files, overrides = list(files), list(overrides)

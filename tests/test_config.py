@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rsr_async.config import CONFIG_DIR, Config, load_config
+from rsr_async.config import CONFIG_DIR, HARNESS_NAMES, Config, load_config
 from rsr_async.errors import ConfigError
-from rsr_async.harness import check_harness
+from rsr_async.harness import BUILT, check_harness
 from tests.conftest import run_cli_env
 
 
@@ -38,7 +38,9 @@ def test_paper_config_has_the_paper_numbers() -> None:
 
 
 def test_default_harnesses_are_built() -> None:
-    # load_config only consults the registry for keys a source set: the defaults must hold.
+    # Config validates names against its own list (config imports nothing above it): the
+    # registry must build exactly those, and the defaults must name built harnesses.
+    assert tuple(BUILT) == HARNESS_NAMES
     for name in (*Config().run.harnesses, Config().rsr.executor_harness):
         check_harness(name)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from ..config import HarnessConfig
+from ..config import HARNESS_NAMES, HarnessConfig, check_harness_name
 from ..errors import ConfigError, NotImplementedYetError
 from .base import Checkpoint, EpisodeOutcome, Grader, Harness
 from .rsrt import DEFAULT_WALL_CLOCK_S, Rsrt
@@ -38,8 +38,8 @@ __all__ = [
     "load_workflow",
 ]
 
-HARNESSES = ("terminus2", "statem", "rsrt")
-"""Every harness name the pipeline knows, built or planned."""
+HARNESSES = HARNESS_NAMES
+"""Every harness name a setting may use (defined in :mod:`rsr_async.config`)."""
 
 
 
@@ -81,17 +81,13 @@ def check_harness(name: str, *, where: str = "") -> None:
     An unknown name is a :class:`~rsr_async.errors.ConfigError`; a planned one that is not
     built yet is a :class:`~rsr_async.errors.NotImplementedYetError`.
     """
-    if name in BUILT:
-        return
-    prefix = f"{where}: " if where else ""
-    built = ", ".join(repr(n) for n in BUILT)
-    if name in HARNESSES:
+    check_harness_name(name, where=where)
+    if name not in BUILT:
+        prefix = f"{where}: " if where else ""
+        built = ", ".join(repr(n) for n in BUILT)
         raise NotImplementedYetError(
             f"{prefix}harness {name!r} is planned but not built yet; built harnesses: {built}"
         )
-    raise ConfigError(
-        f"{prefix}unknown harness {name!r}: expected one of {', '.join(HARNESSES)} (built: {built})"
-    )
 
 
 def get_harness(name: str, config: HarnessConfig, deps: HarnessDeps | None = None) -> Harness:

@@ -1,4 +1,7 @@
-"""``python -m rsr_async images``: bootstrap the offline base image, build task images."""
+"""``python -m rsr_async images``: bootstrap the offline base image, build task images.
+
+It lives with the tasks, not in ``sandbox/``, because ``build`` loads task datasets:
+the sandbox room imports nothing above it."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import anyio
 
 from ..config import add_config_arguments, load_config
 from ..errors import RsrError
-from .images import bootstrap_base_image
+from ..sandbox.images import bootstrap_base_image
 
 __all__ = ["configure", "main"]
 
@@ -36,8 +39,8 @@ def _say(line: str) -> None:
 
 
 async def _build(args: argparse.Namespace) -> int:
-    from ..tasks.dataset import load_dataset
-    from .pool import SandboxPool
+    from ..sandbox.pool import SandboxPool
+    from .dataset import load_dataset
 
     config = load_config(args.config, args.set).sandbox
     dataset = await anyio.to_thread.run_sync(load_dataset, args.sources)

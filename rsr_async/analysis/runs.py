@@ -15,6 +15,7 @@ import msgspec
 
 from ..engine.store import Store
 from ..errors import ConfigError, StoreError, is_permanent_error
+from ..export import collect_records, written_keys
 from ..schema import EpisodeStyle, JobKey, JobStatus, Task
 from .rollouts import Rollout, TaskInfo
 from .tables import (
@@ -171,8 +172,6 @@ def store_rewrites(store: Store, rollouts: Iterable[Rollout]) -> RewriteData | N
         if audit.verdict is not None and audit.verdict.accepted
     }
     # Kept = what the export writes (its dedupe, one function for every count of it).
-    from ..export import written_keys
-    from ..rsr.exporting import collect_records  # rsr imports analysis: import when used
 
     export = written_keys(collect_records(store))
     kept = accepted & set(export["written"].get("rewrite", ()))

@@ -7,6 +7,7 @@
     manifest = write_export(records, run_dir / "export", validation_share=0.1, seed=0)
 
 - :mod:`.records`: :class:`ExportRecord`, what the pipeline hands over per trajectory;
+- :mod:`.collect`: :func:`collect_records`, a run's records read from its store;
 - :mod:`.public`: :func:`public_messages`, the conversation a deployed plain Terminus 2
   model sees and says (no private guidance, no StateM/RSRT control text), and
   :func:`check_conversation`, TRL's conversational format;
@@ -20,6 +21,7 @@
 from __future__ import annotations
 
 from .atif import ATIF_VERSION, HARBOR_AGENTS, atif_document
+from .collect import DIRECT_HARNESS, collect_records
 from .harbor_jobs import write_harbor_jobs
 from .public import (
     PublicMessage,
@@ -43,6 +45,7 @@ from .writer import (
 
 __all__ = [
     "ATIF_VERSION",
+    "DIRECT_HARNESS",
     "FILES",
     "HARBOR_AGENTS",
     "REJECTED_MODES",
@@ -52,6 +55,7 @@ __all__ = [
     "RejectedMode",
     "atif_document",
     "check_conversation",
+    "collect_records",
     "drop_rejected",
     "is_terminus_protocol",
     "public_conversation",

@@ -14,7 +14,11 @@ import msgspec
 
 from ..schema import Usage
 
-__all__ = ["ChatMessage", "ChatModel", "Completion"]
+__all__ = ["SCRIPTED_MARK", "ChatMessage", "ChatModel", "Completion"]
+
+SCRIPTED_MARK = " [scripted stand-in]"
+"""Appended to a run's recorded model identity when the scripted stand-in (a test
+double) answered, so exports and figures can refuse or label its trajectories."""
 
 
 class ChatMessage(TypedDict):

@@ -1,10 +1,5 @@
-"""The export stage: what the store says is kept, handed to :mod:`rsr_async.export`.
-
-- **rewrite**: executions whose verifier passed *and* whose leak audit accepted them;
-- **direct**: Terminus 2 discover successes (the paper's SFT set adds them);
-- **baseline**: discover successes of every harness (the direct-SFT baseline).
-
-Everything is read in key order, so the same store gives byte-identical files.
+"""The export stage: what the store says is kept (:func:`~rsr_async.export.collect_records`),
+written by :mod:`rsr_async.export`.
 """
 
 from __future__ import annotations
@@ -14,59 +9,18 @@ from typing import Any, Literal
 
 from ..engine.store import Store
 from ..errors import ConfigError
-from ..export import ExportRecord, RejectedMode, write_export, write_harbor_jobs
-from ..schema import AuditResult, EpisodeResult
+from ..export import RejectedMode, collect_records, write_export, write_harbor_jobs
+from ..llm.base import SCRIPTED_MARK
 from .figures import pipeline_figures
-from .runtime import SCRIPTED_MARK
 
-__all__ = ["ExportFormat", "collect_records", "default_out", "export_run"]
+__all__ = ["ExportFormat", "default_out", "export_run"]
 
-DIRECT_HARNESS = "terminus2"
 ExportFormat = Literal["sft", "harbor-jobs"]
 
 
 def default_out(format: ExportFormat) -> str:
     """The export's folder name under the run directory when ``--out`` is not given."""
     return "harbor-jobs" if format == "harbor-jobs" else "export"
-
-
-def collect_records(store: Store) -> list[ExportRecord]:
-    """The trajectories to export, in key order."""
-    model = store.meta().get("model", "").removesuffix(SCRIPTED_MARK)
-    records: list[ExportRecord] = []
-    for source in store.results(stage="discover", status="succeeded"):
-        if source.trajectory is None:
-            continue
-        common = _common(source, model)
-        records.append(ExportRecord(set="baseline", **common))
-        if source.key.harness == DIRECT_HARNESS:
-            records.append(ExportRecord(set="direct", **common))
-    kept = {
-        audit.verdict.subject
-        for audit in store.outputs(AuditResult, stage="audit", status="succeeded")
-        if audit.verdict is not None and audit.verdict.accepted
-    }
-    for execution in store.results(stage="execute", status="succeeded"):
-        if str(execution.key) not in kept or execution.trajectory is None:
-            continue
-        key = execution.key
-        source_key = f"discover/{key.task}/{key.harness}/a{key.attempt}/-/e-1"
-        records.append(
-            ExportRecord(set="rewrite", source_key=source_key, runbook=key.runbook, **_common(execution, model))
-        )
-    return records
-
-
-def _common(result: EpisodeResult, model: str) -> dict[str, Any]:
-    assert result.trajectory is not None
-    return {
-        "key": str(result.key),
-        "task": result.key.task,
-        "harness": result.trajectory.harness,
-        "trajectory": result.trajectory,
-        "model": result.model or result.trajectory.model or model,
-        "reward": result.reward,
-    }
 
 
 def export_run(

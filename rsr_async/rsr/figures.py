@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..engine.store import Store
-from ..export import ExportRecord, written_keys
+from ..export import ExportRecord, collect_records, written_keys
 from ..schema import AuditResult, CritiqueResult, EpisodeResult, PlanResult, Usage
 
 __all__ = ["pipeline_figures", "render_figures"]
@@ -32,7 +32,7 @@ def pipeline_figures(
     """Counts per stage of the RSR graph in this run directory.
 
     ``records``: the run's export records when the caller has them already
-    (:func:`~.exporting.collect_records`), else they are read here.
+    (:func:`~rsr_async.export.collect_records`), else they are read here.
     """
     # Light views: counts, statuses, verdicts, turns and usage only, so no trajectory or
     # raw reply of the whole run is inflated to compute them.
@@ -49,8 +49,6 @@ def pipeline_figures(
     }
     accepted = [e for e in passed if str(e.key) in kept_keys]
     if records is None:
-        from .exporting import collect_records  # exporting imports this module
-
         records = collect_records(store)
     export = written_keys(records)
     written = set(export["written"].get("rewrite", ()))

@@ -40,6 +40,7 @@ from ..errors import (
     LLMConnectionError,
 )
 from ..llm import ModelRouter, spawn_sim_servers
+from ..llm.base import SCRIPTED_MARK
 from ..phases import LIVE_PHASES
 from ..sandbox import SandboxPool, bootstrap_base_image
 from ..sandbox.base import SandboxProvider
@@ -64,7 +65,7 @@ __all__ = [
 
 class EpisodeRuntime(msgspec.Struct, frozen=True, kw_only=True):
     """What :func:`episode_runtime` yields (and, for a Ray run, the head's runtime from
-    :func:`rsr_async.cluster.cluster_runtime`, whose episodes run on Ray actors)."""
+    :func:`rsr_async.rsr.cluster_runtime.cluster_runtime`, whose episodes run on Ray actors)."""
 
     runner: JobRunner
     """The episode runner: an :class:`EpisodeRunner`, or a Ray run's dispatcher."""
@@ -339,7 +340,7 @@ async def open_pipeline(
             "their own pools; leave cluster.ray_address empty to use the pool given"
         )
     if config.cluster.ray_address:
-        from ..cluster import cluster_runtime  # Ray only when a run asks for it
+        from .cluster_runtime import cluster_runtime  # Ray only when a run asks for it
 
         opened = cluster_runtime(
             config, run_dir=run_dir, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=on_notice
@@ -372,8 +373,6 @@ def model_identity(runtime: EpisodeRuntime) -> str:
     """How a run directory records which model answered (and whether it was scripted)."""
     return runtime.model.model_name + (SCRIPTED_MARK if runtime.scripted else "")
 
-
-SCRIPTED_MARK = " [scripted stand-in]"
 
 
 async def check_model_identity(store: Store, runtime: EpisodeRuntime, run_dir: Path, *, force: bool) -> None:

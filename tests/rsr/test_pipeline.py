@@ -144,7 +144,7 @@ async def test_stage_settings_are_checked_per_stage(tmp_path: Path) -> None:
 async def test_an_execution_with_a_planted_leak_is_audited_out_and_not_exported(tmp_path: Path) -> None:
     """The audit job, through the engine and the store, drops a trajectory that typed the
     answer before anything showed it; the export then leaves it out."""
-    from rsr_async.rsr.exporting import collect_records
+    from rsr_async.export import collect_records
     from rsr_async.schema import AuditSpec, JobKey, Task
     from tests.rsr.test_audit import INSTRUCTION, _env, _model, execution
 

@@ -4,8 +4,8 @@ This module does not import Ray; :mod:`.ray_backend` wraps :class:`EpisodeActor`
 ``ray.remote`` when a run asks for Ray. Each actor owns what its node has: the node's
 Docker host(s) (``sandbox.docker_urls`` as the node sees them, by default its own
 socket) and its share of the model servers, and opens them exactly as a one-machine
-run does (:func:`~rsr_async.rsr.runtime.episode_runtime`): probe the model servers,
-bootstrap the base image when missing, open a sandbox pool.
+run does (the :class:`OpenRuntime` it is handed, the pipeline's ``episode_runtime``):
+probe the model servers, bootstrap the base image when missing, open a sandbox pool.
 
 The pool of actor ``i`` labels its containers with the run's id plus ``-a<i>``, so two
 actors on one Docker host never sweep each other's sandboxes, and a later run's actor
@@ -20,9 +20,10 @@ import os
 import shutil
 import socket
 import tempfile
-from contextlib import AsyncExitStack
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 import msgspec
@@ -31,9 +32,31 @@ from ..config import Config
 from ..errors import HarnessError, RsrError
 from .worker import RemoteRunner, sleeping_runner
 
-__all__ = ["EpisodeActor", "actor_run_id"]
+__all__ = ["EpisodeActor", "NodeRuntime", "OpenRuntime", "actor_run_id"]
 
 _STOP_TIMEOUT_S = 60.0
+
+
+class NodeRuntime(Protocol):
+    """What an actor serves from: the episode runner, the other runners by stage, and
+    the sandbox pool whose statistics it reports (None when it has none)."""
+
+    @property
+    def runner(self) -> Any: ...
+    @property
+    def runners(self) -> Mapping[str, Any]: ...
+    @property
+    def pool(self) -> Any: ...
+
+
+class OpenRuntime(Protocol):
+    """Opens one node's runtime (the pipeline's ``episode_runtime``). The head hands it
+    to every actor; Ray pickles it by reference, so each node imports the pipeline
+    itself, and this room never does."""
+
+    def __call__(
+        self, config: Config, *, run_dir: Path, tasks_dir: Path | None, run_id: str
+    ) -> AbstractAsyncContextManager[NodeRuntime]: ...
 
 
 def actor_run_id(run_id: str, index: int) -> str:
@@ -44,6 +67,7 @@ def actor_run_id(run_id: str, index: int) -> str:
 class EpisodeActor:
     """Opens a node's runtime in :meth:`start` and serves head calls until :meth:`stop`.
 
+    ``mode="episodes"`` serves the runtime ``runtime`` opens on this node;
     ``mode="trivial"`` runs every job with :func:`~.worker.sleeping_runner` (after
     ``trivial_latency_s``) and opens no runtime: what ``bench scale`` measures with.
     """
@@ -57,13 +81,17 @@ class EpisodeActor:
         tasks_dir: str | None = None,
         mode: Literal["episodes", "trivial"] = "episodes",
         trivial_latency_s: float = 0.0,
+        runtime: OpenRuntime | None = None,
     ) -> None:
+        if mode == "episodes" and runtime is None:
+            raise HarnessError("an episode actor needs the function that opens its runtime (runtime=)")
         self._config = msgspec.json.decode(config, type=Config)
         self._index = index
         self._run_id = actor_run_id(run_id, index)
         self._tasks_dir = Path(tasks_dir) if tasks_dir else None
         self._mode = mode
         self._trivial_latency_s = trivial_latency_s
+        self._open_runtime = runtime
         self._runner: RemoteRunner | None = None
         self._pool: Any = None
         self._started = asyncio.Event()
@@ -92,13 +120,10 @@ class EpisodeActor:
                 if self._mode == "trivial":
                     runners: dict[str, Any] = {"*": sleeping_runner(self._trivial_latency_s)}
                 else:
-                    from ..rsr.runtime import (
-                        episode_runtime,  # the pipeline, only on nodes that run it
-                    )
-
+                    assert self._open_runtime is not None  # checked in __init__
                     self._scratch = tempfile.mkdtemp(prefix=f"rsr-ray-{self._run_id}-")
                     runtime = await stack.enter_async_context(
-                        episode_runtime(
+                        self._open_runtime(
                             self._config,
                             run_dir=Path(self._scratch),
                             tasks_dir=self._tasks_dir,

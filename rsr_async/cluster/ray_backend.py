@@ -34,7 +34,7 @@ import msgspec
 from ..config import Config
 from ..errors import ConfigError, InfraError, RunnerLostError
 from ..lifeline import Reaper, descendants
-from .actor import EpisodeActor, actor_run_id
+from .actor import EpisodeActor, OpenRuntime, actor_run_id
 
 __all__ = ["RayFleet", "RayRemote", "actor_config", "import_ray", "open_ray", "ray_remotes", "url_share"]
 
@@ -220,8 +220,11 @@ async def ray_remotes(
     mode: Literal["episodes", "trivial"] = "episodes",
     trivial_latency_s: float = 0.0,
     on_notice: Callable[[str], None] | None = None,
+    runtime: OpenRuntime | None = None,
 ) -> AsyncIterator[RayFleet]:
-    """Start the episode actors on the connected cluster; stop them on exit."""
+    """Start the episode actors on the connected cluster; stop them on exit.
+
+    ``runtime`` opens each node's runtime (required unless ``mode="trivial"``)."""
     ray = import_ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -252,7 +255,7 @@ async def ray_remotes(
             max_concurrency=64,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote(encoded, index=index, run_id=run_id, tasks_dir=tasks_dir, mode=mode,
-                 trivial_latency_s=trivial_latency_s)
+                 trivial_latency_s=trivial_latency_s, runtime=runtime)
         fleet.started.append(actor)
         try:
             with anyio.fail_after(cluster.start_timeout_s):

@@ -1,7 +1,8 @@
 """The package's rooms import one way: each only from rooms on a lower floor.
 
-Every import counts: at module level, inside functions, under ``TYPE_CHECKING``, and
-``importlib.import_module`` of a literal name. A room is a top-level module or folder of
+Every import counts: at module level, inside functions, under ``TYPE_CHECKING``, and a
+module named in a string (``"rsr_async.x.y"`` or ``"rsr_async.x.y:attribute"``, as a
+table of plugins names them to import later). A room is a top-level module or folder of
 ``rsr_async`` (``__init__`` is the public namespace, which imports the rooms it
 re-exports, so nothing inside may import it). A new room must be given a floor here.
 """
@@ -9,6 +10,8 @@ re-exports, so nothing inside may import it). A new room must be given a floor h
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -29,13 +32,17 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"export", "viewer", "cluster"}),
     # 6. analysis (counts what an export keeps)
     frozenset({"analysis"}),
-    # 7. the pipeline, and the fakes that ship with the package
-    frozenset({"rsr", "testing"}),
-    # 8. the command line and the benchmarks' runner
-    frozenset({"cli", "benchmarks"}),
+    # 7. the pipeline, the fakes that ship with the package, the benchmarks' runner
+    frozenset({"rsr", "testing", "benchmarks"}),
+    # 8. the command line
+    frozenset({"cli"}),
     # 9. `python -m rsr_async` and the public namespace
     frozenset({"__main__", "__init__"}),
 )
+
+
+_NAMED = re.compile(r"rsr_async(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?")
+"""A string that names a module (and maybe an attribute of it) to import later."""
 
 
 def _room(module: str) -> str:
@@ -43,6 +50,7 @@ def _room(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
+@functools.cache
 def _exists(module: str) -> bool:
     path = PACKAGE.parent.joinpath(*module.split("."))
     return path.is_dir() or path.with_suffix(".py").exists() or any(path.parent.glob(f"{path.name}.*.so"))
@@ -64,19 +72,13 @@ def _imported(node: ast.AST, module: str, is_package: bool) -> list[str]:
         if node.module is None or base == "rsr_async":  # from . import x: x may be a module
             return [f"{base}.{a.name}" if _exists(f"{base}.{a.name}") else base for a in node.names]
         return [base]
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "import_module"
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str)
-        and node.args[0].value.startswith("rsr_async.")
-    ):
-        return [node.args[0].value]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAMED.fullmatch(node.value):
+        named = node.value.partition(":")[0]
+        return [named] if _exists(named) else []  # not Docker labels such as "rsr_async.run"
     return []
 
 
+@functools.cache
 def _edges() -> dict[tuple[str, str], list[str]]:
     """(importing room, imported room) → where, for every import across rooms."""
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -137,6 +139,9 @@ def test_no_circle_between_rooms() -> None:
     assert not circles, f"rooms on an import circle: {circles}"
 
 
-def test_the_scan_sees_imports_inside_functions() -> None:
-    # A control: cli.py imports its version inside a function; the scan must see it.
-    assert ("cli", "_version") in _edges()
+def test_the_scan_sees_imports_inside_functions_and_named_modules() -> None:
+    # Controls: cli.py imports its version inside a function, and names the command
+    # modules it imports by string; the scan must see both.
+    edges = _edges()
+    assert ("cli", "_version") in edges
+    assert ("cli", "rsr") in edges

@@ -43,7 +43,14 @@ if TYPE_CHECKING:
     from ..export import RejectedMode
     from .exporting import ExportFormat
 from .runtime import EpisodeRuntime, check_storage_caps, open_pipeline, prewarm_wave
-from .summary import render_summary, render_summary_phases, summarise, write_summary
+from .summary import (
+    render_summary,
+    render_summary_phases,
+    render_summary_stages,
+    stage_times,
+    summarise,
+    write_summary,
+)
 
 FINISHED = ("succeeded", "failed")
 """Statuses a rerun skips (the engine reruns the rest)."""
@@ -234,7 +241,7 @@ async def _run(
     tasks_dir: Path | None,
     options: StageOptions,
 ) -> int:
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     stages = config.run.stages
     if set(stages) & {"discover", "verify"}:  # the stages that start sandboxes
         await check_storage_caps(config.sandbox, tasks)
@@ -278,8 +285,12 @@ async def _run(
             episodes_this_run=done_here,
             peak_sandboxes=runtime.peak_live(),
         )
+        rows = await anyio.to_thread.run_sync(
+            partial(engine.store.rows, status=("succeeded", "failed", "infra_error", "cancelled"))
+        )
         summary = msgspec.structs.replace(
-            summary, open_s=round(opened - started, 3), prewarm_s=round(prewarm_s, 3)
+            summary, open_s=round(opened - started, 3), prewarm_s=round(prewarm_s, 3),
+            stages=stage_times(rows, since=started_wall),
         )
         if figures is not None:
             summary = msgspec.structs.replace(summary, pipeline=figures)
@@ -307,11 +318,17 @@ async def _run(
             )
             out = options.out or run_dir / default_out(options.export_format)
             print(f"export: {out} ({_export_line(manifest)})", file=sys.stderr)
+            summary = msgspec.structs.replace(
+                summary, export_s=round(time.monotonic() - started - summary.wall_s, 3)
+            )
+            path = write_summary(summary, run_dir)
     from rich.console import Console
 
     Console(stderr=True).print(render_summary(summary))
     if phases := render_summary_phases(summary):
         print(phases, file=sys.stderr)
+    if stage_lines := render_summary_stages(summary):
+        print(stage_lines, file=sys.stderr)
     if figures is not None:
         print(render_figures(figures), file=sys.stderr)
     print(f"summary: {path}", file=sys.stderr)

@@ -5,7 +5,8 @@ cover every job of the stage in the run directory, across resumes. A permanent e
 task's or the config's fault, :func:`~rsr_async.errors.is_permanent_error`) is stored as
 ``failed`` but is no verdict on the model: it is counted and named apart, never in
 ``failed``, pass@k or the models' graded episodes. Throughput (``wall_s``,
-``episodes_per_min``, ``peak_sandboxes``) covers this invocation only.
+``episodes_per_min``, ``peak_sandboxes``) and the time by stage (``stages``,
+``export_s``) cover this invocation only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,68 @@ from ..errors import PERMANENT_PREFIX, is_permanent_error
 from ..phases import PhaseSummary, render_phases, summarise_timings
 from ..schema import EpisodeResult, EpisodeTiming, Usage
 
-__all__ = ["HarnessSummary", "RunSummary", "render_summary", "render_summary_phases", "summarise", "write_summary"]
+__all__ = [
+    "HarnessSummary",
+    "RunSummary",
+    "StageTime",
+    "render_summary",
+    "render_summary_phases",
+    "render_summary_stages",
+    "stage_times",
+    "summarise",
+    "write_summary",
+]
+
+STAGE_ORDER = ("discover", "plan", "critique", "execute", "audit")
+"""The job stages in pipeline order (how ``stages`` is listed)."""
+
+
+class StageTime(msgspec.Struct, frozen=True, kw_only=True):
+    """When one stage's jobs of this invocation ran, in seconds from its start.
+
+    Stages overlap (the pipeline is a job graph without barriers: an execution starts as
+    soon as its runbook is accepted), so spans add up to more than the wall time.
+    """
+
+    jobs: int
+    """Jobs of the stage that ended (any final status) during this invocation."""
+    first_start_s: float
+    """When the first of them started."""
+    last_end_s: float
+    """When the last of them ended."""
+    busy_s: float
+    """Their durations summed (the stage's work, however many ran at once)."""
+    median_s: float
+    """The median job's duration."""
+
+    @property
+    def span_s(self) -> float:
+        return self.last_end_s - self.first_start_s
+
+
+def stage_times(rows: Sequence[JobRow], *, since: float) -> dict[str, StageTime]:
+    """Per stage, the jobs of ``rows`` that started at or after ``since`` (wall clock)
+    and ended: when they ran relative to ``since``, summed and median durations."""
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        if row.started_at is None or row.finished_at is None or row.started_at < since:
+            continue
+        spans[row.stage].append((row.started_at - since, row.finished_at - since))
+    order = {stage: i for i, stage in enumerate(STAGE_ORDER)}
+    times: dict[str, StageTime] = {}
+    for stage in sorted(spans, key=lambda s: (order.get(s, len(order)), s)):
+        runs = spans[stage]
+        durations = sorted(end - start for start, end in runs)
+        mid = len(durations) // 2
+        median = durations[mid] if len(durations) % 2 else (durations[mid - 1] + durations[mid]) / 2
+        times[stage] = StageTime(
+            jobs=len(runs),
+            first_start_s=round(min(start for start, _ in runs), 3),
+            last_end_s=round(max(end for _, end in runs), 3),
+            busy_s=round(sum(durations), 3),
+            median_s=round(median, 3),
+        )
+    return times
 
 
 class HarnessSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,6 +168,12 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     pipeline: dict[str, Any] | None = None
     """The rewrite pipeline's figures (:func:`~rsr_async.rsr.figures.pipeline_figures`)
     when ``run`` ran stages after discover."""
+    stages: dict[str, StageTime] = msgspec.field(default_factory=dict)
+    """This invocation's time by job stage (discover, plan, critique, execute, audit):
+    :func:`stage_times`."""
+    export_s: float | None = None
+    """Seconds this invocation spent writing the export (after the jobs); None when it
+    wrote none."""
 
 
 def summarise(
@@ -248,6 +316,26 @@ def write_summary(summary: RunSummary, run_dir: Path) -> Path:
     tmp.write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n")
     tmp.replace(path)  # atomic: a reader never sees half a summary
     return path
+
+
+def render_summary_stages(summary: RunSummary) -> str:
+    """This invocation's time by stage, one line each; "" when no job ended."""
+    if not summary.stages:
+        return ""
+    lines = [
+        "time by stage (seconds from the start of this run; stages overlap):",
+        f"  {'stage':<10} {'jobs':>6} {'first start':>12} {'last end':>10} {'span':>8} {'median job':>11} {'busy':>9}",
+    ]
+    for stage, t in summary.stages.items():
+        lines.append(
+            f"  {stage:<10} {t.jobs:>6} {t.first_start_s:>12.1f} {t.last_end_s:>10.1f} {t.span_s:>8.1f}"
+            f" {t.median_s:>11.2f} {t.busy_s:>9.1f}"
+        )
+    setup = f"  start-up {summary.open_s:.1f} s, prewarm {summary.prewarm_s:.1f} s"
+    if summary.export_s is not None:
+        setup += f", export {summary.export_s:.1f} s"
+    lines.append(setup + f"; jobs and start-up {summary.wall_s:.1f} s of wall time")
+    return "\n".join(lines)
 
 
 def render_summary(summary: RunSummary) -> object:

@@ -128,6 +128,26 @@ def _check_run(run_dir: Path) -> dict[str, object]:
     return manifest
 
 
+def _check_stage_times(run_dir: Path, stderr: str) -> None:
+    """summary.json says when each stage's jobs ran in this (first) invocation: every
+    job of every stage, inside the run's wall time, after start-up; then the export."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    stages = summary["stages"]
+    assert list(stages) == ["discover", "plan", "critique", "execute", "audit"]
+    with Store.open_readonly(run_dir) as store:
+        for stage, times in stages.items():
+            counts = store.counts(stage=stage)
+            assert times["jobs"] == counts["succeeded"] + counts["failed"] > 0, stage
+            assert summary["open_s"] <= times["first_start_s"] <= times["last_end_s"] <= summary["wall_s"], stage
+            assert 0 <= times["median_s"] <= times["busy_s"], stage  # an audit with no flag is sub-ms
+    assert stages["discover"]["median_s"] > 0 and stages["execute"]["median_s"] > 0
+    # the graph has no barrier, but each stage waits for its first input
+    assert stages["discover"]["first_start_s"] <= stages["plan"]["first_start_s"]
+    assert stages["plan"]["first_start_s"] <= stages["execute"]["first_start_s"]
+    assert summary["export_s"] > 0
+    assert "time by stage" in stderr and "export" in stderr
+
+
 def _check_dataset(export: Path, rows: list[str]) -> None:
     """The export folder loads with the real `datasets`, no arguments; weights mark exactly
     the replies Terminus 2 rejected."""
@@ -155,6 +175,7 @@ def test_pipeline_end_to_end_then_sigkill_and_rerun_gives_the_same_export(tmp_pa
     out = subprocess.run(_cmd(dataset, clean), env=run_cli_env(), capture_output=True, text=True, timeout=800)
     assert out.returncode == 0, out.stderr[-4000:]
     _check_run(clean)
+    _check_stage_times(clean, out.stderr)
 
     # The same run, killed once the first rewrite executions have finished, then rerun.
     killed = tmp_path / "killed"

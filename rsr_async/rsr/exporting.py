@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from ..engine.store import Store
+from ..engine.reader import RunReader
 from ..errors import ConfigError
 from ..export import ExportRecord, RejectedMode, write_export, write_harbor_jobs
 from ..schema import AuditResult, EpisodeResult
@@ -30,7 +30,7 @@ def default_out(format: ExportFormat) -> str:
     return "harbor-jobs" if format == "harbor-jobs" else "export"
 
 
-def collect_records(store: Store) -> list[ExportRecord]:
+def collect_records(store: RunReader) -> list[ExportRecord]:
     """The trajectories to export, in key order."""
     model = store.meta().get("model", "").removesuffix(SCRIPTED_MARK)
     records: list[ExportRecord] = []
@@ -70,7 +70,7 @@ def _common(result: EpisodeResult, model: str) -> dict[str, Any]:
 
 
 def export_run(
-    store: Store,
+    store: RunReader,
     out_dir: Path,
     *,
     validation_share: float,

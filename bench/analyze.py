@@ -40,7 +40,7 @@ from rsr_async._native import similarity as native_similarity  # noqa: E402
 from rsr_async._native import similarity_py as pure_similarity  # noqa: E402
 from rsr_async.analysis import tables as tables_module  # noqa: E402
 from rsr_async.analysis.runs import read_run, store_rollouts  # noqa: E402
-from rsr_async.engine import Job, Store  # noqa: E402
+from rsr_async.engine import Job, RunReader, Store  # noqa: E402
 from rsr_async.schema import (  # noqa: E402
     AuditResult,
     AuditSpec,
@@ -179,12 +179,12 @@ def _read_full(run_dir: Path) -> int:
     """Baseline: the same rollout fields decoded from the full (compressed) result blobs."""
     from rsr_async.analysis import runs
 
-    with Store.open_readonly(run_dir) as store:
+    with RunReader.open_readonly(run_dir) as store:
         return sum(1 for _ in store.outputs(runs._EpisodeDetails, stage="discover", light=False))
 
 
 def _read_light(run_dir: Path) -> int:
-    with Store.open_readonly(run_dir) as store:
+    with RunReader.open_readonly(run_dir) as store:
         return len(store_rollouts(store))
 
 

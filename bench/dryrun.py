@@ -281,7 +281,7 @@ def _rows(db: Path) -> dict[str, tuple[str, int, float | None, str]]:
 def _check(args: argparse.Namespace, run_dir: Path, before: dict[str, tuple[str, int, float | None, str]]) -> dict[str, Any]:
     """Exactly once, nothing lost, nothing redone: see the module's docstring."""
     from rsr_async.config import load_config
-    from rsr_async.engine import Job, Store
+    from rsr_async.engine import Job, RunReader
     from rsr_async.rsr.discover import discover_jobs
     from rsr_async.rsr.pipeline import RewriteGraph
     from rsr_async.tasks.dataset import BUNDLED_SUITE, load_dataset
@@ -300,7 +300,7 @@ def _check(args: argparse.Namespace, run_dir: Path, before: dict[str, tuple[str,
     config = load_config([], _settings(args, len(tasks)))  # the head's own settings
     expected = {str(job.key) for job in discover_jobs(tasks, config)}
     graph = RewriteGraph(config)
-    with Store.open_readonly(run_dir) as store:
+    with RunReader.open_readonly(run_dir) as store:
         for row in store.rows(status=FINISHED):
             spec, result = store.spec(row.key), store.get(row.key)
             if spec is None or result is None:

@@ -57,7 +57,7 @@ from _faultkit import (
 
 from rsr_async.config import Config, EngineConfig, RunConfig, SandboxConfig
 from rsr_async.engine import Engine, Job
-from rsr_async.engine.store import Store
+from rsr_async.engine.reader import RunReader
 from rsr_async.harness.fakes import ReplayModel
 from rsr_async.rsr.episode import EpisodeRunner
 from rsr_async.rsr.runtime import run_id_for
@@ -481,7 +481,7 @@ def abuse(name: str) -> Callable[[Suite], Fault]:
                     f"{row.status if row else 'nothing stored'}: {row.error if row else ''}")
         evidence = ABUSE[name][3]
         if evidence:
-            with Store.open_readonly(run_dir / "run.db") as store:
+            with RunReader.open_readonly(run_dir / "run.db") as store:
                 shown = "".join(m.content for r in store.results(stage="discover") if r.trajectory
                                 for m in r.trajectory.messages if m.origin == "env")
             fault.check(f"the agent was shown {evidence!r}", evidence in shown)

@@ -40,14 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import REPO, cli_run, emit, parser  # noqa: E402
 
-from rsr_async.engine.store import Store  # noqa: E402
+from rsr_async.engine.reader import RunReader  # noqa: E402
 
 _SUITE = REPO / "rsr_async" / "tasks" / "bundled"
 
 
 def _one(args_: list[str], checkout: Path | None) -> dict[str, Any]:
     with cli_run(args_, bench="run", timeout_s=3600, checkout=checkout) as (run_dir, wall, summary):
-        with Store.open_readonly(run_dir) as store:
+        with RunReader.open_readonly(run_dir) as store:
             steps = sum(
                 sum(1 for m in r.trajectory.messages if m.origin == "model")
                 for r in store.results(stage="discover")

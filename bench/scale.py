@@ -100,7 +100,7 @@ from rsr_async.cluster import (  # noqa: E402
 from rsr_async.config import ClusterConfig, Config, EngineConfig, RunConfig  # noqa: E402
 from rsr_async.engine import Engine, run_async  # noqa: E402
 from rsr_async.engine.fakes import make_jobs  # noqa: E402
-from rsr_async.engine.store import Store  # noqa: E402
+from rsr_async.engine.reader import RunReader  # noqa: E402
 from rsr_async.errors import ConfigError  # noqa: E402
 from rsr_async.rsr.runtime import run_id_for  # noqa: E402
 from rsr_async.tasks import BUNDLED_SUITE  # noqa: E402
@@ -284,7 +284,7 @@ def _episode_run(tasks: list[str], attempts: int, concurrency: int, extra: list[
     for task in tasks:
         args += ["--dataset", task]
     with cli_run(args, bench="scale", timeout_s=1800) as (run_dir, wall, summary):
-        with Store.open_readonly(run_dir) as store:
+        with RunReader.open_readonly(run_dir) as store:
             rows = store.rows(stage="discover")
             # The row's start is the head marking the job running; the result's is the
             # runner (on the actor, with Ray) starting it.

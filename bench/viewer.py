@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import emit, parser  # noqa: E402
 
-from rsr_async.engine import Job, Store  # noqa: E402
+from rsr_async.engine import Job, RunReader, Store  # noqa: E402
 from rsr_async.schema import (  # noqa: E402
     AuditResult,
     Command,
@@ -138,7 +138,7 @@ def build(run_dir: Path, jobs: int, seed: int = 7) -> int:
     return n
 
 
-def _pages(store: Store) -> dict[str, str]:
+def _pages(store: RunReader) -> dict[str, str]:
     source = store.rows(stage="discover", status="succeeded", limit=1)[0]
     execution = store.rows(stage="execute", status="succeeded", limit=1)[0]
     middle = store.rows(stage="execute", limit=1, after="execute/task-0050")[0].key
@@ -164,7 +164,7 @@ def _pages(store: Store) -> dict[str, str]:
     }
 
 
-def _baseline(store: Store, query: dict[str, str]) -> float:
+def _baseline(store: RunReader, query: dict[str, str]) -> float:
     """The job list the obvious way: every row, filtered in Python, cut to a page."""
     start = time.perf_counter()
     categories = {name: spec.task.category for name, spec in store.task_specs(stage="discover").items()}
@@ -184,7 +184,7 @@ async def measure(run_dir: Path, repeat: int) -> dict[str, Any]:
     async with ViewerServer(run_dir) as server, aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=120)
     ) as session:
-        store = Store.open_readonly(run_dir)
+        store = RunReader.open_readonly(run_dir)
         try:
             paths = _pages(store)
             for name, path in paths.items():
@@ -221,7 +221,7 @@ def main(argv: list[str]) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else Path(tmp)
         start = time.perf_counter()
         if (run_dir / "run.db").is_file():
-            with Store.open_readonly(run_dir) as store:
+            with RunReader.open_readonly(run_dir) as store:
                 jobs = sum(store.counts().values())
             built = False
         else:

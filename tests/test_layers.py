@@ -19,9 +19,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rsr_async"
 
 FLOORS: tuple[frozenset[str], ...] = (
     # 0. the ground floor: records and errors every room may use
-    frozenset({"_version", "_layout", "errors", "schema", "lifeline"}),
-    # 1. settings, per-phase timing, output folders, the pure native functions
-    frozenset({"config", "phases", "output_dirs", "_native"}),
+    frozenset({"_version", "_layout", "errors", "schema", "lifeline", "run_lock"}),
+    # 1. settings and the resume policy over them, per-phase timing, output folders, the
+    #    pure native functions
+    frozenset({"config", "resume", "phases", "output_dirs", "_native"}),
     # 2. the services: the generic engine, sandboxes, model clients
     frozenset({"engine", "sandbox", "llm"}),
     # 3. task formats, loading, verification

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ..engine.store import Store
+from ..engine.reader import RunReader
 from ..errors import ConfigError, StoreError, is_permanent_error
 from ..export import collect_records, written_keys
 from ..schema import EpisodeStyle, JobKey, JobStatus, Task
@@ -45,7 +45,7 @@ class _EpisodeDetails(msgspec.Struct, kw_only=True, tag="episode", tag_field="ki
 _FINAL = ("succeeded", "failed", "infra_error", "cancelled")
 
 
-def store_rollouts(store: Store, *, stage: str = "discover") -> list[Rollout]:
+def store_rollouts(store: RunReader, *, stage: str = "discover") -> list[Rollout]:
     """Every finished episode of ``stage`` as a :class:`Rollout` (pending ones are not
     rollouts yet; a permanent error becomes an ungraded ``infra_error`` rollout).
     ``harness`` is the key's harness: for ``execute`` jobs, the source's."""
@@ -95,7 +95,7 @@ def subset_of(task: Task, subset_key: str | None) -> str:
 
 
 def store_tasks(
-    store: Store, *, stages: Iterable[str] = ("discover",), subset_key: str | None = None
+    store: RunReader, *, stages: Iterable[str] = ("discover",), subset_key: str | None = None
 ) -> dict[str, TaskInfo]:
     """The tasks the run's ``stages`` hold jobs for, with domain (category) and subset."""
     infos: dict[str, TaskInfo] = {}
@@ -151,7 +151,7 @@ def source_id(task: str, harness: str, attempt: int) -> str:
     return f"{task}/{harness}/a{attempt}"
 
 
-def store_rewrites(store: Store, rollouts: Iterable[Rollout]) -> RewriteData | None:
+def store_rewrites(store: RunReader, rollouts: Iterable[Rollout]) -> RewriteData | None:
     """The rewrite stages' records, or None when the run has no rewrite jobs."""
     executions = store.rows(stage="execute")
     plans = store.counts(stage="plan")
@@ -207,7 +207,7 @@ def read_run(
     run_dir: str | Path, *, subset_key: str | None = None, k: int | None = None
 ) -> AnalysisInput:
     """Everything the tables need from one run directory (opened read-only)."""
-    store = Store.open_readonly(run_dir)
+    store = RunReader.open_readonly(run_dir)
     try:
         config = store.config() or {}
         run = config.get("run", {}) if isinstance(config.get("run"), dict) else {}

@@ -9,15 +9,19 @@
             print(result.key, result.status)
 
 See :class:`Engine` for the contract, :mod:`.jobs` for what a runner must do,
-:mod:`.store` for the database, :mod:`.signals` for CLI signal handling and exit codes.
+:mod:`.store` for the database's writer, :mod:`.reader` for reading a run (what
+analysis, the viewer and export use), :mod:`.signals` for CLI signal handling and exit
+codes. The resume policy the writer applies is :mod:`rsr_async.resume`.
 """
 
 from __future__ import annotations
 
+from ..resume import resume_view
 from .jobs import Job, JobContext, JobRunner
 from .limits import Limits, RateLimiter
 from .looplag import LoopLagMonitor
 from .progress import NullProgress, PlainProgress, ProgressSink, RichProgress, Snapshot, StageView
+from .reader import FINISHED, JobRow, RunReader
 from .scheduler import Engine, EngineStats, JobGraph, StageStats
 from .signals import (
     EXIT_INTERRUPTED,
@@ -31,7 +35,7 @@ from .signals import (
     shutdown_on_signals,
     tune_gc,
 )
-from .store import FINISHED, JobRow, Store, resume_view
+from .store import Store
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -52,6 +56,7 @@ __all__ = [
     "ProgressSink",
     "RateLimiter",
     "RichProgress",
+    "RunReader",
     "SignalState",
     "Snapshot",
     "StageStats",

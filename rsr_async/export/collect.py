@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.store import Store
+from ..engine.reader import RunReader
 from ..llm.base import SCRIPTED_MARK
 from ..schema import AuditResult, EpisodeResult
 from .records import ExportRecord
@@ -24,7 +24,7 @@ DIRECT_HARNESS = "terminus2"
 """The harness whose discover successes form the ``direct`` set."""
 
 
-def collect_records(store: Store) -> list[ExportRecord]:
+def collect_records(store: RunReader) -> list[ExportRecord]:
     """The trajectories to export, in key order."""
     model = store.meta().get("model", "").removesuffix(SCRIPTED_MARK)
     records: list[ExportRecord] = []

@@ -31,9 +31,9 @@ from ..engine.signals import (
     run_async,
     shutdown_on_signals,
 )
-from ..engine.store import resume_view
 from ..errors import ConfigError, TaskError
 from ..output_dirs import check_output_dir
+from ..resume import resume_view
 from ..schema import Task
 from ..tasks import BUNDLED_SUITE, load_dataset
 from .discover import STAGE, discover_jobs

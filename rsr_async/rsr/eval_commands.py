@@ -51,6 +51,7 @@ from ..analysis.checkpoints import (
 from ..analysis.rollouts import Rollout
 from ..analysis.runs import store_rollouts
 from ..config import Config, LLMConfig, add_config_arguments, load_config, model_url_problem
+from ..engine.reader import RunReader
 from ..engine.signals import (
     EXIT_JOB_ERRORS,
     EXIT_OK,
@@ -59,8 +60,8 @@ from ..engine.signals import (
     run_async,
     shutdown_on_signals,
 )
-from ..engine.store import Store, resume_view
 from ..errors import ConfigError, LLMConnectionError, LLMError, TaskError
+from ..resume import resume_view
 from ..schema import Task
 from ..tasks import load_dataset
 from .commands import FINISHED, prewarm_until_interrupted
@@ -333,7 +334,7 @@ def _read_rollouts(checkpoints: Sequence[Checkpoint], runs: int) -> list[Rollout
     column). Runs past ``runs`` (a store resumed with ``--force``) are left out."""
     out: list[Rollout] = []
     for checkpoint in checkpoints:
-        with Store.open_readonly(checkpoint.run_dir) as store:
+        with RunReader.open_readonly(checkpoint.run_dir) as store:
             out.extend(
                 msgspec.structs.replace(r, harness=checkpoint.name)
                 for r in store_rollouts(store)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from ..engine.store import Store
+from ..engine.reader import RunReader
 from ..errors import ConfigError
 from ..export import RejectedMode, collect_records, write_export, write_harbor_jobs
 from ..llm.base import SCRIPTED_MARK
@@ -24,7 +24,7 @@ def default_out(format: ExportFormat) -> str:
 
 
 def export_run(
-    store: Store,
+    store: RunReader,
     out_dir: Path,
     *,
     validation_share: float,

@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from ..engine.store import Store
+from ..engine.reader import RunReader
 from ..export import ExportRecord, collect_records, written_keys
 from ..schema import AuditResult, CritiqueResult, EpisodeResult, PlanResult, Usage
 
@@ -27,7 +27,7 @@ __all__ = ["pipeline_figures", "render_figures"]
 
 
 def pipeline_figures(
-    store: Store, *, records: Sequence[ExportRecord] | None = None
+    store: RunReader, *, records: Sequence[ExportRecord] | None = None
 ) -> dict[str, Any]:
     """Counts per stage of the RSR graph in this run directory.
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import anyio
 
 from ..config import Config, add_config_arguments, load_config
+from ..engine.reader import RunReader
 from ..engine.signals import EXIT_OK, exit_code, run_async, shutdown_on_signals
-from ..engine.store import STAGE_SCOPED, Store
 from ..errors import StoreError
+from ..resume import STAGE_SCOPED
 from ..schema import EpisodeSpec, Task
 from .commands import add_stage_arguments, check_sim_servers, write_task_list
 from .exporting import default_out, export_run
@@ -44,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _stored(run_dir: Path) -> tuple[dict[str, object], list[Task]]:
     """The run's config and its tasks (from the discover jobs it stored)."""
-    with Store.open_readonly(run_dir) as store:
+    with RunReader.open_readonly(run_dir) as store:
         config = store.config()
         if config is None:
             raise StoreError(f"{run_dir}: this run recorded no config; it cannot be continued")
@@ -79,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _export(config: Config, run_dir: Path, args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else run_dir / default_out(args.export_format)
-    with Store.open_readonly(run_dir) as store:
+    with RunReader.open_readonly(run_dir) as store:
         manifest = export_run(
             store,
             out,

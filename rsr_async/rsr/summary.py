@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from ..analysis.passk import mean_pass_at_k
-from ..engine.store import JobRow, Store
+from ..engine.reader import JobRow, RunReader
 from ..errors import PERMANENT_PREFIX, is_permanent_error
 from ..phases import PhaseSummary, render_phases, summarise_timings
 from ..schema import EpisodeResult, EpisodeTiming, Usage
@@ -177,7 +177,7 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def summarise(
-    store: Store,
+    store: RunReader,
     *,
     stage: str,
     model: str,
@@ -285,7 +285,7 @@ _ERROR_CHARS = 300
 
 
 def _why_nothing_finished(
-    store: Store, stage: str, counts: dict[str, int], permanent: Sequence[JobRow] = ()
+    store: RunReader, stage: str, counts: dict[str, int], permanent: Sequence[JobRow] = ()
 ) -> str:
     """``no episode finished: 36 infra errors (first: ...), 2 cancelled``."""
     parts: list[str] = []

@@ -28,18 +28,18 @@ directory's :data:`CLAIMS_NAME` before the episode starts (:func:`append_claim`)
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import socket
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import aiodocker
 import anyio
 import msgspec
 
 from ..errors import SandboxError
+from ..run_lock import RunLock, lock_free
 from .container import docker_errors
 from .hosts import open_client
 
@@ -138,48 +138,28 @@ def owner_label() -> str:
     return f"{_host_id()}:{os.getpid()}:{_start_ticks(os.getpid()) or '0'}"
 
 
-def hold_run_lock(run_dir: Path, owner: str) -> IO[str]:
+def hold_run_lock(run_dir: Path, owner: str) -> RunLock:
     """Take ``run_dir``'s :data:`LOCK_NAME` for a pool's whole life and write ``owner``
     (:func:`owner_label`) into it; blocking file I/O, so call it from a thread. Raises
     :class:`SandboxError` when another live pool holds it."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(run_dir / LOCK_NAME, "a+")  # noqa: SIM115 - held for the pool's life
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
+    lock = RunLock(run_dir / LOCK_NAME)
+    if not lock.try_acquire(owner):
         raise SandboxError(
             f"run directory {run_dir} is in use by another live sandbox pool "
             f"({LOCK_NAME} is locked); one run directory serves one engine at a time"
-        ) from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(owner + "\n")
-    fh.flush()
-    return fh
+        )
+    return lock
 
 
-def release_run_lock(fh: IO[str]) -> None:
+def release_run_lock(lock: RunLock) -> None:
     """Let go of a lock :func:`hold_run_lock` took."""
-    fcntl.flock(fh, fcntl.LOCK_UN)
-    fh.close()
+    lock.release()
 
 
 def _lock_free(run_dir: str) -> bool | None:
     """True when nobody holds the run directory's lock; None when it cannot be told."""
-    path = Path(run_dir) / LOCK_NAME
-    if not path.is_file():
-        return None
-    try:
-        with open(path, "a+") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            return True
-    except OSError:
-        return None
+    return lock_free(Path(run_dir) / LOCK_NAME)
 
 
 def owner_gone(labels: dict[str, str]) -> bool:

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import aiodocker
 import anyio
@@ -40,6 +40,7 @@ import msgspec
 from .. import phases
 from ..config import SandboxConfig
 from ..errors import ContainerError, DockerUnavailableError, ImageError, SandboxError
+from ..run_lock import RunLock
 from ..schema import ImageFiles, Task
 from .compose import MAIN_SERVICE, ComposeService, ComposeSpec
 from .compose_wait import wait_for_service
@@ -191,7 +192,7 @@ class SandboxPool:
         """Network id → its subnet from :attr:`_subnets`, given back once it is removed."""
         self._episode_network: dict[str, str] = {}
         """Main container id → its compose episode's network (a snapshot joins it)."""
-        self._lock_file: IO[str] | None = None
+        self._lock_file: RunLock | None = None
         self._leases: dict[str, tuple[str, Any]] = {}
         """Host URL → (lease container id, its attached stdin stream), see LABEL_LEASE."""
         self._listings = ImageListings(

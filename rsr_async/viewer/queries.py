@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 import msgspec
 
-from ..engine.store import STATUSES, JobRow, Store
+from ..engine.reader import STATUSES, JobRow, RunReader
 from ..schema import (
     AuditResult,
     CritiqueResult,
@@ -115,7 +115,7 @@ class RunView:
     kept: a task's category does not change within a run.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: RunReader) -> None:
         self.store = store
         self._categories: dict[str, str] = {}
         self._lock = threading.Lock()

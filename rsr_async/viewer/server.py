@@ -33,7 +33,7 @@ import anyio.to_thread
 import jinja2
 from aiohttp import web
 
-from ..engine.store import DB_NAME, Store
+from ..engine.reader import DB_NAME, RunReader
 from ..errors import ConfigError, RsrError, StoreError
 from .queries import PAGE_SIZE, BadRequest, Filters, NotFound, RunView
 
@@ -54,7 +54,7 @@ _HEADERS: Final = {
 }
 
 
-def open_run(run_dir: str | Path) -> Store:
+def open_run(run_dir: str | Path) -> RunReader:
     """Open ``run_dir``'s store read-only (no lock: a live run keeps writing). Blocking."""
     run_dir = Path(run_dir)
     if not (run_dir / DB_NAME).is_file():
@@ -62,7 +62,7 @@ def open_run(run_dir: str | Path) -> Store:
             f"{run_dir}: not a run directory (no {DB_NAME}); point `view` at a directory "
             "that `python -m rsr_async run` wrote"
         )
-    return Store.open_readonly(run_dir)
+    return RunReader.open_readonly(run_dir)
 
 
 def _environment() -> jinja2.Environment:
@@ -106,7 +106,7 @@ class ViewerServer:
         self.run_dir = Path(run_dir)
         self.host = host
         self.port = port
-        self._store: Store | None = None
+        self._store: RunReader | None = None
         self._view: RunView | None = None
         self._runner: web.AppRunner | None = None
         self._env = _environment()

@@ -1,0 +1,164 @@
+"""RSRT's claims grade a throwaway copy of the sandbox (issue 31): ``verify(...,
+discard_changes=True)`` against real Docker.
+
+The tests see the agent's files as they are at the claim (its root, a tmpfs ``/tmp``, its
+``/etc/hosts``, ``/dev/shm``), in the working directory and with ``/proc`` and ``/dev`` as
+in the sandbox; everything they write there, install or leave running is gone afterwards,
+and the agent's own processes run on. Each guarantee is checked twice: in the test's
+output (the write happened, in the copy) and in the agent's sandbox afterwards (it did
+not stay). A control run without ``discard_changes`` shows the same writes do stay when
+the tests run in the sandbox itself, so the checks can fail.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from rsr_async.config import SandboxConfig
+from rsr_async.sandbox import SandboxPool
+from rsr_async.sandbox.base import CopyUnavailableError, HiddenRun
+from rsr_async.sandbox.container import DockerSandbox
+from rsr_async.sandbox.hidden import decode_records, report_from_records
+from rsr_async.sandbox.pool import LABEL_RUN, SNAPSHOT_REPOSITORY
+from rsr_async.schema import Task
+from rsr_async.tasks.verifier import hidden_run, verify
+
+BASE = SandboxConfig().base_image
+pytestmark = pytest.mark.docker
+
+# What the agent leaves before its claim: files on the root, the tmpfs /tmp (storage_mb on
+# a driver without quotas) and /dev/shm, and a process that must survive the claim.
+AGENT_SETUP = (
+    "mkdir -p /app && echo agent-work > /app/result.txt && echo agent-tmp > /tmp/agent.txt && "
+    "echo agent-shm > /dev/shm/agent.txt && "
+    "(setsid bash -c 'exec -a agent-keeper-7c1 sleep 600' > /dev/null 2>&1 < /dev/null &)"
+)
+# The hidden tests: report what they see, then write everywhere they can, install a
+# program and start a background process.
+WRITING_TEST = r"""#!/bin/bash
+echo "cwd=$(pwd)"
+echo "sees=$(cat /app/result.txt) $(cat /tmp/agent.txt) $(cat /dev/shm/agent.txt)"
+echo "proc1=$(tr '\0' ' ' < /proc/1/cmdline | cut -c1-40)"
+echo "keeper=$(pgrep -f -c '[a]gent-keeper-7c1')"
+echo "null=$(head -c 3 /dev/zero | wc -c)"
+[ -e /root/claim-marker ] && echo "saw-earlier-claim"
+echo tests-wrote > /app/result.txt
+echo tests-new > /root/claim-marker
+echo tests-tmp > /tmp/agent.txt
+echo tests-shm > /dev/shm/tests.txt
+echo "10.9.9.9 tests-host" >> /etc/hosts
+printf '#!/bin/sh\necho installed\n' > /usr/local/bin/tests-tool && chmod +x /usr/local/bin/tests-tool
+echo "tool=$(tests-tool)"
+rm -f /app/delete-me
+(setsid bash -c 'exec -a tests-leftover-9d2 sleep 600' > /dev/null 2>&1 < /dev/null &)
+echo 1 > /logs/verifier/reward.txt
+"""
+AGENT_CHECK = (
+    "cat /app/result.txt /tmp/agent.txt; ls /dev/shm; tail -n 1 /etc/hosts; "
+    "ls /root/claim-marker /usr/local/bin/tests-tool /app/delete-me 2>&1; "
+    "echo keeper=$(pgrep -f -c '[a]gent-keeper-7c1'); echo leftover=$(pgrep -f -c '[t]ests-leftover-9d2'); "
+    "ls -d /tests /logs/verifier 2>&1 | grep -c 'No such'"
+)
+
+
+def writing_task(tmp_path: Path) -> Task:
+    tests = tmp_path / "copy-task" / "tests"
+    tests.mkdir(parents=True)
+    (tests / "test.sh").write_text(WRITING_TEST)
+    return Task(name="copy-task", path=str(tmp_path / "copy-task"), instruction="-",
+                docker_image=BASE, tests_dir=str(tests), verifier_timeout_s=30,
+                workdir="/app", storage_mb=64)
+
+
+async def _agent_state(sandbox: DockerSandbox) -> str:
+    result = await sandbox.run(AGENT_CHECK, time_limit=30)
+    return result.output
+
+
+async def test_a_claim_sees_the_sandbox_and_leaves_nothing_behind(pool: SandboxPool, tmp_path: Path) -> None:
+    task = writing_task(tmp_path)
+    async with pool.sandbox(task, key="copy-guarantees") as sandbox:
+        assert isinstance(sandbox, DockerSandbox)
+        await sandbox.run(AGENT_SETUP + " && touch /app/delete-me", time_limit=30)
+        mounts = await sandbox.run("grep -c ' /tmp tmpfs' /proc/mounts", time_limit=30)
+        assert mounts.output.strip() == "1", "the task's /tmp should be a tmpfs mount of its own"
+
+        for claim in (1, 2):
+            verdict = await verify(sandbox, task, discard_changes=True)
+            out = verdict.output
+            assert verdict.reward == 1.0, out
+            # What the tests saw: the sandbox as the agent left it, cwd, /proc, /dev ...
+            assert "cwd=/app" in out and "sees=agent-work agent-tmp agent-shm" in out, out
+            assert "proc1=" in out and "keeper=1" in out and "null=3" in out, out
+            assert "tool=installed" in out, out
+            # ... and never what an earlier claim wrote.
+            assert "saw-earlier-claim" not in out, f"claim {claim}: {out}"
+            state = await _agent_state(sandbox)
+            assert state.startswith("agent-work\nagent-tmp\nagent.txt\n"), state
+            assert "tests-host" not in state and "tests.txt" not in state, state
+            for path in ("/root/claim-marker", "/usr/local/bin/tests-tool"):
+                assert f"cannot access '{path}'" in state, state
+            assert "cannot access '/app/delete-me'" not in state, state  # the tests' rm did not stay
+            assert "keeper=1" in state and "leftover=0" in state, state
+            assert state.rstrip().endswith("2"), state  # no /tests, no /logs/verifier
+
+        # The control: the same tests in the sandbox itself leave their writes (so the
+        # checks above can fail), and the agent's process still runs.
+        verdict = await verify(sandbox, task)
+        assert verdict.reward == 1.0, verdict.output
+        state = await _agent_state(sandbox)
+        assert state.startswith("tests-wrote\ntests-tmp\n"), state
+        assert "cannot access '/root/claim-marker'" not in state, state
+        assert "keeper=1" in state, state
+
+
+async def test_a_host_without_the_copy_grades_on_a_commit(pool: SandboxPool, tmp_path: Path) -> None:
+    """Where rsr-verify's copy is refused, the sandbox says so once and grades on a
+    committed copy: nothing stays in the sandbox either, and the image is removed."""
+    task = writing_task(tmp_path)
+    async with pool.sandbox(task, key="copy-fallback") as sandbox:
+        assert isinstance(sandbox, DockerSandbox)
+        await sandbox.run(AGENT_SETUP + " && touch /app/delete-me", time_limit=30)
+        station = sandbox._station
+        assert station is not None
+        assert station.refuse_copy("refused for this test")  # as a host whose kernel refused it
+        assert not station.refuse_copy("again")  # said once
+        verdict = await verify(sandbox, task, discard_changes=True)
+        assert verdict.reward == 1.0, verdict.output
+        # A commit holds the root's files only: not the tmpfs /tmp, /dev/shm, processes.
+        assert "sees=agent-work  " in verdict.output and "keeper=0" in verdict.output, verdict.output
+        state = await _agent_state(sandbox)
+        assert state.startswith("agent-work\nagent-tmp\n"), state
+        assert "cannot access '/root/claim-marker'" in state and "keeper=1" in state, state
+    images = await _snapshot_images(pool.run_id)
+    assert images == []
+
+
+async def _snapshot_images(run_id: str) -> list[str]:
+    import anyio
+
+    with anyio.fail_after(60):
+        listed = await anyio.run_process(
+            ["docker", "images", "-q", "--filter", f"label={LABEL_RUN}={run_id}", SNAPSHOT_REPOSITORY])
+    return listed.stdout.decode().split()
+
+
+def test_a_refused_copy_is_its_own_error() -> None:
+    """rsr-verify's ``C`` record is :class:`CopyUnavailableError` (a SandboxError the
+    sandbox answers with the commit path), not a failed setup."""
+    record = b"C" + len(b"overlay on /x: EINVAL").to_bytes(4, "big") + b"overlay on /x: EINVAL"
+    with pytest.raises(CopyUnavailableError, match="overlay on /x"):
+        report_from_records(decode_records(record), "")
+
+
+def test_the_claim_flag_travels_in_the_hidden_run(tmp_path: Path) -> None:
+    task = writing_task(tmp_path / str(uuid.uuid4()))
+    run = hidden_run(task, time_limit=5, discard_changes=True)
+    assert run.discard_changes
+    assert not hidden_run(task, time_limit=5).discard_changes
+    assert msgspec.structs.replace(run, discard_changes=False) == hidden_run(task, time_limit=5)
+    assert isinstance(run, HiddenRun)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import aiodocker
+import anyio
 import msgspec
 import pytest
 
@@ -22,7 +24,7 @@ from rsr_async.config import SandboxConfig
 from rsr_async.sandbox import SandboxPool
 from rsr_async.sandbox.base import CopyUnavailableError, HiddenRun
 from rsr_async.sandbox.container import DockerSandbox
-from rsr_async.sandbox.hidden import decode_records, report_from_records
+from rsr_async.sandbox.hidden import VerifierStation, decode_records, report_from_records
 from rsr_async.sandbox.pool import LABEL_RUN, SNAPSHOT_REPOSITORY
 from rsr_async.schema import Task
 from rsr_async.tasks.verifier import hidden_run, verify
@@ -139,8 +141,6 @@ async def test_a_host_without_the_copy_grades_on_a_commit(pool: SandboxPool, tmp
 
 
 async def _snapshot_images(run_id: str) -> list[str]:
-    import anyio
-
     with anyio.fail_after(60):
         listed = await anyio.run_process(
             ["docker", "images", "-q", "--filter", f"label={LABEL_RUN}={run_id}", SNAPSHOT_REPOSITORY])
@@ -162,3 +162,61 @@ def test_the_claim_flag_travels_in_the_hidden_run(tmp_path: Path) -> None:
     assert not hidden_run(task, time_limit=5).discard_changes
     assert msgspec.structs.replace(run, discard_changes=False) == hidden_run(task, time_limit=5)
     assert isinstance(run, HiddenRun)
+
+
+ESCAPE_TEST = r"""
+echo "volume=$(cat /data/agent.txt)"
+echo tests > /data/agent.txt && echo tests > /data/tests.txt
+perl -e 'mkdir "/esc"; chroot "/esc" or die "chroot: $!"; chdir ".." for 1..64; chroot "." or die;
+         open(F, ">/escaped-marker") or die; print F "out"; close F; print "chroot-escape-ran\n"'
+echo 1 > /logs/verifier/reward.txt
+"""
+
+
+async def test_a_chroot_escape_and_a_volume_stay_in_the_copy(tmp_path: Path) -> None:
+    """A sandbox holding CAP_SYS_CHROOT (Docker's default set; ours drop it) and a bind-
+    mounted volume: the tests' classic chroot escape lands in the copy's root, not the
+    sandbox's, and what they write to the volume stays out of the host directory."""
+    run_id = f"test-copy-{uuid.uuid4().hex[:8]}"
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "agent.txt").write_text("agent\n")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text(ESCAPE_TEST)
+    with anyio.fail_after(60):
+        started = await anyio.run_process(
+            ["docker", "run", "-d", "--label", f"{LABEL_RUN}={run_id}", "--network", "none",
+             "-v", f"{volume}:/data", BASE, "sleep", "600"])
+    container = started.stdout.decode().strip()
+    docker = aiodocker.Docker()
+    station = VerifierStation(docker, url="unix:///var/run/docker.sock",
+                              labels={LABEL_RUN: run_id}, api_timeout_s=60)
+    try:
+        with anyio.fail_after(60):
+            info = await docker.containers.get(container)
+        pid = int(info["State"]["Pid"])
+        run = HiddenRun(files=((str(tests), ""),), command="bash /tests/test.sh", time_limit=30,
+                        discard_changes=True)
+        report = await station.run(pid, run, name="escape")
+        assert report.exit_code == 0, report.output
+        assert "volume=agent" in report.output and "chroot-escape-ran" in report.output, report.output
+        with anyio.fail_after(60):
+            listed = await anyio.run_process(
+                ["docker", "exec", container, "sh", "-c", "ls / /data; cat /data/agent.txt"])
+        seen = listed.stdout.decode()
+        assert "escaped-marker" not in seen and "esc\n" not in seen and "tests.txt" not in seen, seen
+        assert seen.rstrip().endswith("agent"), seen
+        assert sorted(p.name for p in volume.iterdir()) == ["agent.txt"]
+        assert (volume / "agent.txt").read_text() == "agent\n"
+        # The control: the same tests in the sandbox itself leave both marks.
+        plain = await station.run(pid, msgspec.structs.replace(run, discard_changes=False), name="plain")
+        assert "chroot-escape-ran" in plain.output, plain.output
+        with anyio.fail_after(60):
+            listed = await anyio.run_process(["docker", "exec", container, "ls", "/", "/data"])
+        assert "escaped-marker" in listed.stdout.decode() and (volume / "tests.txt").exists()
+    finally:
+        await station.aclose()
+        with anyio.CancelScope(shield=True), anyio.fail_after(60):
+            await anyio.run_process(["docker", "rm", "-f", container], check=False)
+        await docker.close()

@@ -64,9 +64,10 @@ class HiddenRun(msgspec.Struct, frozen=True, kw_only=True):
     keep_bytes: int = 64_000
     """Each file past this keeps its first and last halves (the reward files: 1 MiB)."""
     discard_changes: bool = False
-    """Run on a copy of the sandbox as it is now, thrown away afterwards (RSRT's claims):
-    nothing the tests write anywhere stays, and their processes go with the copy; the
-    sandbox's own processes keep running untouched."""
+    """Run on a copy of the sandbox's files as they are now, thrown away afterwards
+    (RSRT's claims): nothing the tests write anywhere stays, and their processes go with
+    the copy. The sandbox's own processes keep running; the tests share its process and
+    network namespaces, as in a plain run."""
 
 
 class HiddenReport(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,7 +25,10 @@ __all__ = ["CopyUnavailableError", "ExecResult", "HiddenReport", "HiddenRun", "S
 
 class CopyUnavailableError(SandboxError):
     """A sandbox cannot run hidden tests on a throwaway copy of itself here
-    (``HiddenRun.discard_changes``); the message says what refused it."""
+    (``HiddenRun.discard_changes``); the message says what refused it. ``host_wide``: the
+    host cannot make such copies at all (else only this run failed to, e.g. for memory)."""
+
+    host_wide: bool = False
 
 
 class ExecResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -228,7 +228,10 @@ def report_from_records(records: list[tuple[str, bytes]], output: str) -> Hidden
         if tag == "E":
             raise SandboxError(f"the hidden tests could not be set up: {text}")
         if tag == "C":
-            raise CopyUnavailableError(f"no copy-on-write copy of the sandbox: {text}")
+            host_wide = text.startswith("host: ")
+            error = CopyUnavailableError(f"no copy-on-write copy of the sandbox: {text.removeprefix('host: ')}")
+            error.host_wide = host_wide
+            raise error
         if tag == "F":
             name, content = _file_record(payload)
             files[name] = content

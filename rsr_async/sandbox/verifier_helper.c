@@ -663,6 +663,27 @@ static void copy_unavailable(const char *fmt, ...) {
     _exit(2);
 }
 
+/* A step the kernel refused (mount, overlay, pivot_root ...): when the error says this
+ * host cannot do it at all (not "out of memory" or a path that moved), the record starts
+ * with "host:", so the engine stops asking this host for copies. */
+static void copy_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void copy_refused(const char *fmt, ...) {
+    int error = errno;
+    char text[1024];
+    int host_wide = error == EPERM || error == EINVAL || error == ENODEV || error == ENOSYS ||
+                    error == EOPNOTSUPP || error == EACCES;
+    int at = snprintf(text, sizeof text, "%s", host_wide ? "host: " : "");
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text + at, sizeof text - (size_t)at, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    n += at;
+    if ((size_t)n >= sizeof text) n = sizeof text - 1;
+    record('C', text, (size_t)n);
+    _exit(2);
+}
+
 struct sub_mount {
     char path[MAX_PATH_LEN];
     char fstype[64];
@@ -734,7 +755,7 @@ static void overlay_onto(const char *target, int lower_fd, int scratch, int inde
              "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d/%s,workdir=/proc/self/fd/%d/%s",
              lower_fd, scratch, upper, scratch, work);
     if (mount("rsr-verify-copy", target, "overlay", flags & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC), options) != 0)
-        copy_unavailable("overlay on %s: %s", target, strerror(errno));
+        copy_refused("overlay on %s: %s", target, strerror(errno));
 }
 
 /* A writable file mount: a copy of the file on the scratch, bound in its place. */
@@ -763,10 +784,10 @@ static void file_copy_onto(const char *target, const struct sub_mount *m, int sc
     close(out);
     snprintf(source, sizeof source, "/proc/self/fd/%d/%s", scratch, name);
     if (mount(source, target, NULL, MS_BIND, NULL) != 0)
-        copy_unavailable("bind the copy of %s: %s", m->path, strerror(errno));
+        copy_refused("bind the copy of %s: %s", m->path, strerror(errno));
     unsigned long keep = m->flags & (MS_NOSUID | MS_NODEV | MS_NOEXEC);
     if (keep && mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | keep, NULL) != 0)
-        copy_unavailable("flags of the copy of %s: %s", m->path, strerror(errno));
+        copy_refused("flags of the copy of %s: %s", m->path, strerror(errno));
 }
 
 static void enter_copy(void) {
@@ -809,15 +830,15 @@ static void enter_copy(void) {
     }
 
     int config = sys_fsopen("tmpfs", RSR_FSOPEN_CLOEXEC);
-    if (config < 0) copy_unavailable("fsopen tmpfs: %s", strerror(errno));
+    if (config < 0) copy_refused("fsopen tmpfs: %s", strerror(errno));
     if (sys_fsconfig(config, RSR_FSCONFIG_SET_STRING, "mode", "0700", 0) != 0 ||
         sys_fsconfig(config, RSR_FSCONFIG_CMD_CREATE, NULL, NULL, 0) != 0)
-        copy_unavailable("create the scratch tmpfs: %s", strerror(errno));
+        copy_refused("create the scratch tmpfs: %s", strerror(errno));
     int scratch = sys_fsmount(config, RSR_FSMOUNT_CLOEXEC, 0);
-    if (scratch < 0) copy_unavailable("fsmount the scratch tmpfs: %s", strerror(errno));
+    if (scratch < 0) copy_refused("fsmount the scratch tmpfs: %s", strerror(errno));
     close(config);
     if (sys_move_mount(scratch, "", root_fd, "", RSR_MOVE_MOUNT_F_EMPTY_PATH | 0x40 /* T_EMPTY_PATH */) != 0)
-        copy_unavailable("attach the scratch tmpfs: %s", strerror(errno));
+        copy_refused("attach the scratch tmpfs: %s", strerror(errno));
     if (mkdirat(scratch, "r", 0755) != 0) copy_unavailable("mkdir on the scratch tmpfs: %s", strerror(errno));
 
     char base[64], target[MAX_PATH_LEN + 64];
@@ -838,13 +859,13 @@ static void enter_copy(void) {
             char source[64];
             snprintf(source, sizeof source, "/proc/self/fd/%d", m->fd);
             if (mount(source, target, NULL, MS_BIND, NULL) != 0)
-                copy_unavailable("bind %s (%s): %s", m->path, m->fstype, strerror(errno));
+                copy_refused("bind %s (%s): %s", m->path, m->fstype, strerror(errno));
         }
     }
     for (int i = 0; i < n_subs; i++) if (subs[i].fd >= 0) close(subs[i].fd);
     int new_root = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (new_root < 0 || fchdir(new_root) != 0) copy_unavailable("enter the copy: %s", strerror(errno));
-    if (syscall(__NR_pivot_root, ".", ".") != 0) copy_unavailable("pivot_root into the copy: %s", strerror(errno));
+    if (syscall(__NR_pivot_root, ".", ".") != 0) copy_refused("pivot_root into the copy: %s", strerror(errno));
     /* pivot_root put the old root, and the scratch stacked on it, on top of the copy:
      * detach from the top until the copy is the only mount at "/", which mountinfo
      * (listing stacked mounts too) confirms. Left attached, a chroot would lead back. */
@@ -863,7 +884,7 @@ static void enter_copy(void) {
         }
         if (at_root == 1 && copy_at_root == 1) break;
         if (round == 4) copy_unavailable("the sandbox's root stays mounted over the copy (%d mounts at /)", at_root);
-        if (umount2(".", MNT_DETACH) != 0) copy_unavailable("detach the sandbox's root: %s", strerror(errno));
+        if (umount2(".", MNT_DETACH) != 0) copy_refused("detach the sandbox's root: %s", strerror(errno));
     }
     if (chdir("/") != 0) copy_unavailable("chdir / in the copy: %s", strerror(errno));
     close(new_root);

@@ -149,10 +149,15 @@ async def _snapshot_images(run_id: str) -> list[str]:
 
 def test_a_refused_copy_is_its_own_error() -> None:
     """rsr-verify's ``C`` record is :class:`CopyUnavailableError` (a SandboxError the
-    sandbox answers with the commit path), not a failed setup."""
-    record = b"C" + len(b"overlay on /x: EINVAL").to_bytes(4, "big") + b"overlay on /x: EINVAL"
-    with pytest.raises(CopyUnavailableError, match="overlay on /x"):
-        report_from_records(decode_records(record), "")
+    sandbox answers with the commit path), not a failed setup; "host:" says the host
+    cannot copy at all, anything else that only this run could not."""
+    for text, host_wide in ((b"host: overlay on /x: Invalid argument", True),
+                            (b"copy of /etc/hosts on the scratch: No space left on device", False)):
+        record = b"C" + len(text).to_bytes(4, "big") + text
+        with pytest.raises(CopyUnavailableError) as caught:
+            report_from_records(decode_records(record), "")
+        assert caught.value.host_wide is host_wide
+        assert "host:" not in str(caught.value) and text.decode().split(": ")[-1] in str(caught.value)
 
 
 def test_the_claim_flag_travels_in_the_hidden_run(tmp_path: Path) -> None:

@@ -1,31 +1,35 @@
-"""What one RSRT hidden verification costs against a plain verifier run.
+"""What one RSRT hidden verification (a completion claim) costs: rsr-verify's
+copy-on-write copy against ``docker commit``, and both against a plain verification.
 
-RSRT grades a completion claim out of the agent's reach (:class:`SnapshotGrader`): it
-commits the agent's container, starts a sibling container from the commit, runs the
-verifier there, then removes the sibling and the committed image
-(:meth:`SandboxPool.snapshot` + :func:`verify`). The baseline is what the plain harnesses
-do once the agent is done: :func:`verify` in the agent's own container.
+RSRT grades a claim on a throwaway copy of the agent's sandbox (:class:`SnapshotGrader`:
+``grade(..., discard_changes=True)``). On a host whose kernel allows it, rsr-verify makes
+that copy itself: overlays over the sandbox's mounts, in the run's private mount namespace
+(:mod:`rsr_async.sandbox.hidden`). Elsewhere the sandbox falls back to committing the
+container and starting a sibling from the commit (:meth:`SandboxPool.snapshot`). The
+baseline is what the plain harnesses do once the agent is done: :func:`verify` in the
+agent's own container.
 
 Setup, untimed: one container per bundled task (``--tasks``), with the task's reference
-solution applied, so both ways run the full tests and pass; one warm-up of each way.
-Then ``--repeat`` rounds; each round takes every task once both ways, in alternating
-order, one verification at a time (the cost of one, not throughput under load).
+solution applied, so every way runs the full tests and passes; one warm-up of each way.
+Then ``--repeat`` rounds; each round takes every task once each way, in rotating order,
+one verification at a time (the cost of one, not throughput under load).
 
 - ``plain``: :func:`verify` in the container itself;
-- ``hidden``: the snapshot path end to end, split into ``copy`` (commit + sibling start),
-  ``verify`` (the same :func:`verify`, in the copy) and ``teardown`` (removal of the
-  sibling and the image; the grader waits for it before the agent hears the verdict);
-- ``commit``: ``docker commit`` alone on the same container (its image removed untimed),
-  to split ``copy`` into the commit and the sibling's start.
+- ``cow``: :func:`verify` with ``discard_changes=True`` (what a claim costs now);
+- ``commit_path``: the commit fallback end to end (:meth:`SandboxPool.snapshot` +
+  :func:`verify` in the sibling), split into ``copy`` (commit + sibling start),
+  ``verify`` and ``teardown`` (removal of the sibling and the image);
+- ``commit``: ``docker commit`` alone on the same container (its image removed untimed).
 
-Medians per task and over all samples; ``ratio`` = hidden / plain, ``extra_ms`` = their
-difference.
+Medians per task and over all samples; ``ratio`` = cow / plain, ``speedup`` =
+commit_path / cow (the floor: cow at most 1 s, speedup at least 4).
 
 ``python -m rsr_async bench rsrt_verify [--repeat 5] [--tasks a,b,c] [--json FILE]``
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -49,7 +53,8 @@ from rsr_async.tasks.oracle import run_oracle  # noqa: E402
 from rsr_async.tasks.verifier import verify  # noqa: E402
 
 DEFAULT_TASKS = "merge-intervals,csv-sales-summary,git-merge-conflict"
-KINDS = ("plain", "hidden", "copy", "verify", "teardown", "commit")
+KINDS = ("plain", "cow", "commit_path", "copy", "verify", "teardown", "commit")
+WAYS = ("plain", "cow", "commit_path")
 
 
 async def _plain(sandbox: DockerSandbox, task: Task) -> dict[str, float]:
@@ -61,9 +66,19 @@ async def _plain(sandbox: DockerSandbox, task: Task) -> dict[str, float]:
     return {"plain": elapsed}
 
 
-async def _hidden(pool: SandboxPool, sandbox: DockerSandbox, task: Task, key: str) -> dict[str, float]:
-    """The snapshot grader's path (SnapshotGrader is exactly this, under a limiter), timed
-    by phase."""
+async def _cow(sandbox: DockerSandbox, task: Task) -> dict[str, float]:
+    """A claim as SnapshotGrader makes it: rsr-verify's copy-on-write copy."""
+    started = time.perf_counter()
+    verdict = await verify(sandbox, task, discard_changes=True)
+    elapsed = time.perf_counter() - started
+    if not verdict.passed:
+        raise RuntimeError(f"{task.name}: the copy's verifier failed after the oracle: {verdict.output}")
+    return {"cow": elapsed}
+
+
+async def _commit_path(pool: SandboxPool, sandbox: DockerSandbox, task: Task, key: str) -> dict[str, float]:
+    """The commit fallback (what a claim cost before, and still costs on a host that
+    refuses the copy), timed by phase."""
     started = time.perf_counter()
     async with pool.snapshot(sandbox, task, key=key) as copy:
         copied = time.perf_counter()
@@ -71,9 +86,9 @@ async def _hidden(pool: SandboxPool, sandbox: DockerSandbox, task: Task, key: st
         verified = time.perf_counter()
     ended = time.perf_counter()
     if not verdict.passed:
-        raise RuntimeError(f"{task.name}: the hidden verifier failed after the oracle: {verdict.output}")
+        raise RuntimeError(f"{task.name}: the committed copy's verifier failed after the oracle: {verdict.output}")
     return {
-        "hidden": ended - started,
+        "commit_path": ended - started,
         "copy": copied - started,
         "verify": verified - copied,
         "teardown": ended - verified,
@@ -89,6 +104,11 @@ async def _commit(sandbox: DockerSandbox, run_id: str) -> dict[str, float]:
     with anyio.fail_after(60):
         await anyio.run_process(["docker", "rmi", "-f", f"{SNAPSHOT_REPOSITORY}:{tag}"])
     return {"commit": elapsed}
+
+
+def _refused(pool: SandboxPool) -> str | None:
+    """Why a host refused rsr-verify's copy (then ``cow`` measured the commit path)."""
+    return next((s.copy_refused for s in pool._stations.values() if s.copy_refused), None)
 
 
 def _ms(values: list[float]) -> float:
@@ -110,15 +130,18 @@ async def _main(args: Any) -> dict[str, Any]:
                 if solved.exit_code != 0:
                     raise RuntimeError(f"{task.name}: the oracle exited {solved.exit_code}: {solved.output}")
                 await _plain(sandbox, task)  # warm-ups, not kept
-                await _hidden(pool, sandbox, task, f"bench-{task.name}")
+                await _cow(sandbox, task)
+                await _commit_path(pool, sandbox, task, f"bench-{task.name}")
             for round_ in range(args.repeat):
                 for sandbox, task in zip(sandboxes, tasks, strict=True):
-                    plain_first = round_ % 2 == 0
-                    for which in (("plain", "hidden") if plain_first else ("hidden", "plain")):
+                    shift = round_ % len(WAYS)
+                    for which in WAYS[shift:] + WAYS[:shift]:
                         if which == "plain":
                             timed = await _plain(sandbox, task)
+                        elif which == "cow":
+                            timed = await _cow(sandbox, task)
                         else:
-                            timed = await _hidden(pool, sandbox, task, f"bench-{task.name}")
+                            timed = await _commit_path(pool, sandbox, task, f"bench-{task.name}")
                         for kind, value in timed.items():
                             samples[task.name][kind].append(value)
                     for kind, value in (await _commit(sandbox, run_id)).items():
@@ -127,6 +150,7 @@ async def _main(args: Any) -> dict[str, Any]:
             for context in reversed(contexts):
                 await context.__aexit__(None, None, None)
         leaked = await pool.containers()
+        refused = _refused(pool)
     with anyio.fail_after(60):
         images = await anyio.run_process(
             ["docker", "images", "-q", "--filter", f"label={LABEL_RUN}={run_id}", SNAPSHOT_REPOSITORY]
@@ -134,7 +158,8 @@ async def _main(args: Any) -> dict[str, Any]:
     per_task = {
         name: {
             **{f"{kind}_ms": _ms(values) for kind, values in kinds.items()},
-            "ratio": round(statistics.median(kinds["hidden"]) / statistics.median(kinds["plain"]), 2),
+            "ratio": round(statistics.median(kinds["cow"]) / statistics.median(kinds["plain"]), 2),
+            "speedup": round(statistics.median(kinds["commit_path"]) / statistics.median(kinds["cow"]), 2),
         }
         for name, kinds in samples.items()
     }
@@ -146,8 +171,11 @@ async def _main(args: Any) -> dict[str, Any]:
         "repeat": args.repeat,
         "samples_per_kind": len(every["plain"]),
         "median": overall,
-        "ratio": round(statistics.median(every["hidden"]) / statistics.median(every["plain"]), 2),
-        "extra_ms": round(overall["hidden_ms"] - overall["plain_ms"], 1),
+        "ratio": round(statistics.median(every["cow"]) / statistics.median(every["plain"]), 2),
+        "speedup": round(statistics.median(every["commit_path"]) / statistics.median(every["cow"]), 2),
+        "extra_ms": round(overall["cow_ms"] - overall["plain_ms"], 1),
+        "copy_refused": refused,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "per_task": per_task,
         "containers_left": len(leaked),
         "snapshot_images_left": len(images.stdout.split()),

@@ -256,8 +256,9 @@ class FakeShellSandbox:
 
     async def run_hidden(self, run: HiddenRun) -> HiddenReport:
         """Hidden tests in the fake's world: ``run.command`` through the interpreter, the
-        files left in ``run.logs_dir`` reported, and the fake's own files untouched
-        outside ``run.tests_dir`` and ``run.logs_dir`` (both private to the run)."""
+        files left in ``run.logs_dir`` reported; ``run.tests_dir`` and ``run.logs_dir``
+        are private to the run, and what it writes elsewhere stays in the fake's files
+        unless ``run.discard_changes``."""
         await checkpoint()
         files = dict(self.current.files)
         for local, path in run.files:
@@ -267,6 +268,12 @@ class FakeShellSandbox:
         output = "".join(probe.execute(line) for line in run.command.split("\n"))
         prefix = run.logs_dir.rstrip("/") + "/"
         logs = {p[len(prefix):]: text for p, text in files.items() if p.startswith(prefix)}
+        if not run.discard_changes:
+            private = (prefix, run.tests_dir.rstrip("/") + "/")
+            kept = {p: t for p, t in self.current.files.items() if p.startswith(private)}
+            written = {p: t for p, t in files.items() if not p.startswith(private)}
+            self.current.files.clear()
+            self.current.files.update(written | kept)
         return HiddenReport(exit_code=1 if "command not found" in output else 0, output=output, files=logs)
 
     async def upload(self, local: Path, remote: str) -> None:

@@ -29,17 +29,15 @@ import msgspec
 from ..analysis.style import episode_style
 from ..config import HarnessConfig
 from ..engine import Job, JobContext
-from ..errors import HarnessError, SandboxError
+from ..errors import SandboxError
 from ..harness import EpisodeOutcome, HarnessDeps, get_harness
 from ..harness.base import DEFAULT_MODEL_CALL_BUDGET_S, AgentClock
 from ..harness.rsrt import DEFAULT_WALL_CLOCK_S
 from ..llm.base import ChatModel
 from ..phases import PhaseMeans, phase, recording
-from ..sandbox import SandboxPool
 from ..sandbox.base import Sandbox, SandboxProvider
 from ..sandbox.container import DockerSandbox
 from ..schema import EndReason, EpisodeResult, EpisodeSpec, ImageFiles, Task, Trajectory
-from ..tasks import verify
 from ..tasks.verifier import Verification, grade
 
 __all__ = ["EpisodeRunner", "SnapshotGrader"]
@@ -48,30 +46,19 @@ log = logging.getLogger(__name__)
 
 
 class SnapshotGrader:
-    """RSRT's grader: the hidden tests run in a sibling container started from a commit
-    of the agent's sandbox (:meth:`SandboxPool.snapshot`), never in the agent's own."""
+    """RSRT's grader: the hidden tests run on a throwaway copy of the agent's sandbox
+    (``discard_changes``), never in the sandbox the agent goes on working in."""
 
     def __init__(self, pool: SandboxProvider, limiter: anyio.CapacityLimiter) -> None:
         self._pool = pool
         self._limiter = limiter
 
     async def __call__(self, sandbox: Sandbox, task: Task, *, key: str) -> Verification:
-        if task.verifier_mode == "separate":  # a fresh sandbox with the artifacts: no copy needed
-            with phase("verify_wait"):
-                await self._limiter.acquire()
-            try:
-                with phase("verify"):
-                    return await grade(sandbox, task, pool=self._pool, key=key)
-            finally:
-                self._limiter.release()
-        if not isinstance(sandbox, DockerSandbox) or not isinstance(self._pool, SandboxPool):
-            raise HarnessError(f"{key}: hidden tests need a Docker sandbox to copy")
         with phase("verify_wait"):
             await self._limiter.acquire()
         try:
-            with phase("verify"):  # the copy's commit and start: its "snapshot" part
-                async with self._pool.snapshot(sandbox, task, key=key) as copy:
-                    return await verify(copy, task)
+            with phase("verify"):
+                return await grade(sandbox, task, pool=self._pool, key=key, discard_changes=True)
         finally:
             self._limiter.release()
 

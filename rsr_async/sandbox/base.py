@@ -12,13 +12,23 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
+from ..errors import SandboxError
+
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from ..schema import ImageFiles, Task
     from .pool import SandboxStats
 
-__all__ = ["ExecResult", "HiddenReport", "HiddenRun", "Sandbox", "SandboxProvider", "ShellSession"]
+__all__ = ["CopyUnavailableError", "ExecResult", "HiddenReport", "HiddenRun", "Sandbox", "SandboxProvider", "ShellSession"]
+
+
+class CopyUnavailableError(SandboxError):
+    """A sandbox cannot run hidden tests on a throwaway copy of itself here
+    (``HiddenRun.discard_changes``); the message says what refused it. ``host_wide``: the
+    host cannot make such copies at all (else only this run failed to, e.g. for memory)."""
+
+    host_wide: bool = False
 
 
 class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,6 +66,11 @@ class HiddenRun(msgspec.Struct, frozen=True, kw_only=True):
     """Files of ``logs_dir`` sent back (in name order, to depth 3); the rest are named."""
     keep_bytes: int = 64_000
     """Each file past this keeps its first and last halves (the reward files: 1 MiB)."""
+    discard_changes: bool = False
+    """Run on a copy of the sandbox's files as they are now, thrown away afterwards
+    (RSRT's claims): nothing the tests write anywhere stays, and their processes go with
+    the copy. The sandbox's own processes keep running; the tests share its process and
+    network namespaces, as in a plain run."""
 
 
 class HiddenReport(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,7 +9,8 @@ So nothing of it goes through the sandbox's own tools:
 - **The station.** One container per Docker host and pool (:class:`VerifierStation`),
   from an image holding only ``rsr-verify``, a static program built here from
   ``verifier_helper.c`` (:func:`helper_binary`). It runs with ``--pid host`` and
-  ``CAP_SYS_ADMIN``, and has no network.
+  ``CAP_SYS_ADMIN``, unconfined by AppArmor and seccomp (the tests get a seccomp filter
+  of rsr-verify's instead), and has no network.
 - **One exec per verification** into the station runs ``rsr-verify run PID``: it joins
   the sandbox's cgroups and namespaces, leaves its mount namespace for a private copy,
   mounts a fresh tmpfs on ``/tests`` and on ``/logs/verifier`` that only this run sees,
@@ -18,6 +19,12 @@ So nothing of it goes through the sandbox's own tools:
   may reach the run's files through ``/proc/PID/root``), kills what the tests left, and
   sends back the files of ``/logs/verifier`` read through the descriptor it kept.
   The C file's header says each step and why.
+- **A copy, for RSRT** (``HiddenRun.discard_changes``): ``--copy`` makes the run's private
+  mount namespace a copy-on-write copy of the sandbox (kernel overlays over its writable
+  mounts, their upper layers on a tmpfs of the run) before the tests' tmpfs mounts, so
+  nothing the tests write reaches the sandbox; the copy goes with the run's last process.
+  Where the kernel refuses it (:class:`CopyUnavailableError`), the sandbox falls back to a
+  committed copy, said once per host (:meth:`VerifierStation.refuse_copy`).
 
 The wire formats (the tests bundle in, the result records out) are encoded and decoded
 here; :meth:`~rsr_async.sandbox.container.DockerSandbox.run_hidden` is the caller.
@@ -41,7 +48,7 @@ import aiodocker
 import anyio
 
 from ..errors import ContainerError, SandboxError
-from .base import HiddenReport, HiddenRun
+from .base import CopyUnavailableError, HiddenReport, HiddenRun
 from .container import docker_errors
 from .ownership import remove_container
 
@@ -220,6 +227,11 @@ def report_from_records(records: list[tuple[str, bytes]], output: str) -> Hidden
         text = payload.decode("utf-8", errors="replace") if tag != "F" else ""
         if tag == "E":
             raise SandboxError(f"the hidden tests could not be set up: {text}")
+        if tag == "C":
+            host_wide = text.startswith("host: ")
+            error = CopyUnavailableError(f"no copy-on-write copy of the sandbox: {text.removeprefix('host: ')}")
+            error.host_wide = host_wide
+            raise error
         if tag == "F":
             name, content = _file_record(payload)
             files[name] = content
@@ -276,6 +288,15 @@ class VerifierStation:
         self._timeout = api_timeout_s
         self._lock = anyio.Lock()
         self._container: Any = None
+        self.copy_refused: str | None = None
+        """Why this host cannot make rsr-verify's copy (None: it can, or was not asked)."""
+
+    def refuse_copy(self, reason: str) -> bool:
+        """Remember that this host refused the copy-on-write copy; True the first time
+        (when the caller says so in the log)."""
+        first = self.copy_refused is None
+        self.copy_refused = self.copy_refused or reason
+        return first
 
     async def _image(self) -> str:
         binary = await anyio.to_thread.run_sync(helper_binary)
@@ -313,8 +334,10 @@ class VerifierStation:
                     "NetworkMode": "none",
                     "CapDrop": ["ALL"],
                     "CapAdd": STATION_CAPABILITIES,
-                    # mount(2) inside: AppArmor's docker-default profile would refuse it
-                    "SecurityOpt": ["apparmor=unconfined"],
+                    # mount(2) inside: AppArmor's docker-default profile would refuse it;
+                    # pivot_root (RSRT's copy): Docker's seccomp profile would. rsr-verify
+                    # puts the tests under a filter of its own (verifier_helper.c).
+                    "SecurityOpt": ["apparmor=unconfined", "seccomp=unconfined"],
                     "Binds": [f"/sys/fs/cgroup:{CGROUP_ROOT}:rw"],
                     "PidsLimit": 4096,
                     "AutoRemove": False,
@@ -345,6 +368,8 @@ class VerifierStation:
                 "--timeout", f"{max(run.time_limit, 0.001):.3f}", "--kill-after", "5",
                 "--workdir", run.workdir or "/",
                 "--max-files", str(run.max_files), "--keep-bytes", str(run.keep_bytes)]
+        if run.discard_changes:
+            argv.append("--copy")
         if run.user:
             argv += ["--user", run.user]
         for key, value in run.env.items():

@@ -300,6 +300,7 @@ class SandboxPool:
             quiet_s=self.config.shell_quiet_s,
             tmpfs=self._tmpfs.get(str(container.id), ()),
             station=self._station(host),
+            copier=lambda source: self.snapshot(source, task, key=key),
         )
 
     def _station(self, host: DockerHost) -> VerifierStation:

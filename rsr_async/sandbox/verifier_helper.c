@@ -15,6 +15,9 @@
  *      run see them. The sandbox's processes keep running, as in Harbor's shared mode,
  *      but what they write to `/logs/verifier` or `/tests` lands beside, not in, the
  *      directories the tests use;
+ *      With --copy (RSRT's claims), the private namespace first becomes a copy-on-write
+ *      copy of the sandbox (see "the copy" below): nothing the tests write outside
+ *      those tmpfs reaches the sandbox either, and the copy goes with the run;
  *   3. unpack the tests (a framed bundle on stdin) into the first tmpfs;
  *   4. run `/bin/bash -c COMMAND` with the sandbox's environment, capabilities and user,
  *      plus one capability the sandbox's processes cannot hold (CAP_WAKE_ALARM unless
@@ -40,6 +43,7 @@
  *   N  a note (a best-effort step that failed): what
  *   Q  seconds spent: before the command, running it, and after it (as text)
  *   E  the run could not be set up: why (then exit 2)
+ *   C  --copy: the copy could not be made on this host: why (then exit 2)
  *   D  done (the last record; a run without it was cut off)
  * The command's own output (stdout and stderr) goes to this program's stderr.
  *
@@ -234,28 +238,46 @@ static void set_caps(uint64_t permitted, uint64_t inheritable) {
     }
 }
 
-/* ---- seccomp: what Docker's default profile denies a sandbox without CAP_SYS_ADMIN,
- * and this program's container allows (it has CAP_SYS_ADMIN): new user namespaces.
- * The tests never need one, and the kernel's checks cover the rest (mount, setns ...
- * need capabilities the tests do not hold). ---------------------------------------- */
+/* ---- seccomp: the tests' filter. The station runs without Docker's seccomp profile
+ * (it refuses pivot_root, which the copy needs), so this program installs for the tests
+ * what that profile denies a container without extra capabilities and the kernel would
+ * otherwise let the tests do: new user namespaces (which the station's CAP_SYS_ADMIN
+ * would have unlocked too), the kernel keyring, userfaultfd, perf events, file handles,
+ * module, clock, swap, accounting and reboot calls, and mounting (the last ones are
+ * refused by the capability checks anyway, listed so the filter says so plainly). The
+ * tests never need any of them. ---------------------------------------------------- */
 
-static void deny_user_namespaces(void) {
+static void deny_syscalls(void) {
 #if defined(__x86_64__)
-    struct sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),  /* libc falls back to clone */
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_unshare, 1, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_NEWUSER, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    static const int denied[] = {
+        __NR_add_key, __NR_keyctl, __NR_request_key, __NR_userfaultfd, __NR_perf_event_open,
+        __NR_name_to_handle_at, __NR_open_by_handle_at, __NR_lookup_dcookie, __NR_uselib,
+        __NR_ustat, __NR_sysfs, __NR_acct, __NR_bpf, __NR_kexec_load, __NR_kexec_file_load,
+        __NR_init_module, __NR_finit_module, __NR_delete_module, __NR_iopl, __NR_ioperm,
+        __NR_quotactl, __NR_reboot, __NR_swapon, __NR_swapoff, __NR_settimeofday,
+        __NR_clock_settime, __NR_clock_adjtime, __NR_mount, __NR_umount2, __NR_pivot_root,
+        __NR_setns, __NR_fsopen, __NR_fsconfig, __NR_fsmount, __NR_fspick, __NR_move_mount,
+        __NR_open_tree, __NR_mount_setattr,
     };
-    struct sock_fprog prog = {(unsigned short)(sizeof filter / sizeof filter[0]), filter};
+    struct sock_filter filter[16 + 2 * sizeof denied / sizeof denied[0]];
+    unsigned short n = 0;
+    filter[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+    filter[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
+    filter[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    filter[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+    filter[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 0, 1);
+    filter[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS);  /* libc falls back to clone */
+    for (size_t i = 0; i < sizeof denied / sizeof denied[0]; i++) {
+        filter[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)denied[i], 0, 1);
+        filter[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
+    }
+    filter[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_unshare, 1, 0);
+    filter[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3);
+    filter[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0]));
+    filter[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_NEWUSER, 0, 1);
+    filter[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
+    filter[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_fprog prog = {n, filter};
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
         dprintf(2, "rsr-verify: seccomp: %s\n", strerror(errno));
         _exit(126);
@@ -602,6 +624,274 @@ static void no_process(int error) {
     _exit(0);
 }
 
+/* ---- the copy (--copy) ------------------------------------------------------------------------
+ *
+ * RSRT grades a claim on a copy of the sandbox, so nothing the tests write stays for the
+ * agent, who goes on working after a rejected claim. The copy is copy-on-write, made in
+ * this run's private mount namespace: each writable mount of the sandbox that holds
+ * directories (its root, /dev, /dev/shm, a volume) becomes a kernel overlay whose lower
+ * layer is that mount and whose upper layer is a directory on one fresh tmpfs (the
+ * scratch); a writable file mount (/etc/hosts ...) becomes a copy on the scratch bound in
+ * its place; everything else (proc, sysfs, devpts, read-only mounts, Docker's masks) is
+ * bound as it is. Then the copy becomes this namespace's root (pivot_root) and the old
+ * root is detached, so no path, `..` or chroot leads back to the sandbox's files. The
+ * scratch lives as long as the namespace: the last process of the run takes it along.
+ *
+ * Why a process inside the sandbox's namespace does this and not the station from its
+ * own: overlayfs takes a private clone of each layer's mount, which the kernel allows
+ * only for mounts of the caller's namespace ("failed to clone lowerpath" through
+ * /proc/PID/root, which mount(8) then retries read-only: "cannot mount read-only").
+ * The scratch is made with fsopen/fsmount and attached on top of the old root, the one
+ * place that exists in every sandbox and that nothing of the copy needs to see.
+ *
+ * Any step that fails is reported as a `C` record (the copy is unavailable here, why);
+ * the engine then grades through a committed copy instead. */
+
+#define MAX_MOUNTS 512
+#define COPY_FILE_MAX (64L << 20)
+
+static void copy_unavailable(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void copy_unavailable(const char *fmt, ...) {
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    if ((size_t)n >= sizeof text) n = sizeof text - 1;
+    record('C', text, (size_t)n);
+    _exit(2);
+}
+
+/* A step the kernel refused (mount, overlay, pivot_root ...): when the error says this
+ * host cannot do it at all (not "out of memory" or a path that moved), the record starts
+ * with "host:", so the engine stops asking this host for copies. */
+static void copy_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void copy_refused(const char *fmt, ...) {
+    int error = errno;
+    char text[1024];
+    int host_wide = error == EPERM || error == EINVAL || error == ENODEV || error == ENOSYS ||
+                    error == EOPNOTSUPP || error == EACCES;
+    int at = snprintf(text, sizeof text, "%s", host_wide ? "host: " : "");
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text + at, sizeof text - (size_t)at, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    n += at;
+    if ((size_t)n >= sizeof text) n = sizeof text - 1;
+    record('C', text, (size_t)n);
+    _exit(2);
+}
+
+struct sub_mount {
+    char path[MAX_PATH_LEN];
+    char fstype[64];
+    unsigned long flags;  /* MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC of the mount */
+    int fd;               /* O_PATH, taken before anything is mounted */
+    int skip;             /* overmounted at the same path: only the top one is seen */
+};
+
+static void unescape_mountinfo(char *s) {  /* "\040" and friends, in place */
+    char *out = s;
+    for (char *p = s; *p; p++) {
+        if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] >= '0' && p[2] <= '7' && p[3] >= '0' && p[3] <= '7') {
+            *out++ = (char)(((p[1] - '0') << 6) | ((p[2] - '0') << 3) | (p[3] - '0'));
+            p += 3;
+        } else {
+            *out++ = *p;
+        }
+    }
+    *out = 0;
+}
+
+static unsigned long mount_flags_of(const char *options) {
+    unsigned long flags = 0;
+    char copy[512];
+    snprintf(copy, sizeof copy, "%s", options);
+    char *save = NULL;
+    for (char *o = strtok_r(copy, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+        if (strcmp(o, "ro") == 0) flags |= MS_RDONLY;
+        else if (strcmp(o, "nosuid") == 0) flags |= MS_NOSUID;
+        else if (strcmp(o, "nodev") == 0) flags |= MS_NODEV;
+        else if (strcmp(o, "noexec") == 0) flags |= MS_NOEXEC;
+    }
+    return flags;
+}
+
+/* Filesystems that hold the sandbox's data, copied on write; the rest (proc, sysfs,
+ * devpts, mqueue, cgroup ...) are views of the kernel, bound as they are. */
+static int holds_data(const char *fstype) {
+    static const char *const kinds[] = {"tmpfs", "ext2", "ext3", "ext4", "xfs", "btrfs", "zfs",
+                                        "overlay", "fuseblk", "vfat", "exfat", "ramfs", "9p",
+                                        "virtiofs", "nfs", "nfs4", "cifs", "f2fs", "squashfs"};
+    if (strncmp(fstype, "fuse.", 5) == 0) return 1;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(fstype, kinds[i]) == 0) return 1;
+    return 0;
+}
+
+static int sys_fsopen(const char *fs, unsigned flags) { return (int)syscall(__NR_fsopen, fs, flags); }
+static int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux) {
+    return (int)syscall(__NR_fsconfig, fd, cmd, key, value, aux);
+}
+static int sys_fsmount(int fd, unsigned flags, unsigned attrs) { return (int)syscall(__NR_fsmount, fd, flags, attrs); }
+static int sys_move_mount(int from, const char *from_path, int to, const char *to_path, unsigned flags) {
+    return (int)syscall(__NR_move_mount, from, from_path, to, to_path, flags);
+}
+#define RSR_FSCONFIG_SET_STRING 1
+#define RSR_FSCONFIG_CMD_CREATE 6
+#define RSR_FSOPEN_CLOEXEC 1
+#define RSR_FSMOUNT_CLOEXEC 1
+#define RSR_MOVE_MOUNT_F_EMPTY_PATH 4
+
+static void overlay_onto(const char *target, int lower_fd, int scratch, int index, unsigned long flags) {
+    char upper[32], work[32], options[256];
+    snprintf(upper, sizeof upper, "u%d", index);
+    snprintf(work, sizeof work, "w%d", index);
+    if (mkdirat(scratch, upper, 0755) != 0 || mkdirat(scratch, work, 0700) != 0)
+        copy_unavailable("mkdir on the scratch tmpfs: %s", strerror(errno));
+    snprintf(options, sizeof options,
+             "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d/%s,workdir=/proc/self/fd/%d/%s",
+             lower_fd, scratch, upper, scratch, work);
+    if (mount("rsr-verify-copy", target, "overlay", flags & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC), options) != 0)
+        copy_refused("overlay on %s: %s", target, strerror(errno));
+}
+
+/* A writable file mount: a copy of the file on the scratch, bound in its place. */
+static void file_copy_onto(const char *target, const struct sub_mount *m, int scratch, int index) {
+    char name[32], source[64];
+    snprintf(name, sizeof name, "f%d", index);
+    char self[64];  /* an O_PATH descriptor reopens through /proc */
+    snprintf(self, sizeof self, "/proc/self/fd/%d", m->fd);
+    int in = open(self, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (in < 0 || fstat(in, &st) != 0) copy_unavailable("open file mount %s: %s", m->path, strerror(errno));
+    if (st.st_size > COPY_FILE_MAX) copy_unavailable("file mount %s is over %ld bytes", m->path, COPY_FILE_MAX);
+    int out = openat(scratch, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
+    if (out < 0) copy_unavailable("copy of %s on the scratch: %s", m->path, strerror(errno));
+    static char data[1 << 16];
+    for (;;) {
+        ssize_t n = read(in, data, sizeof data);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) copy_unavailable("read %s: %s", m->path, strerror(errno));
+        if (n == 0) break;
+        write_all(out, data, (size_t)n);
+    }
+    if (fchown(out, st.st_uid, st.st_gid) != 0 || fchmod(out, st.st_mode & 07777) != 0)
+        copy_unavailable("owner and mode of the copy of %s: %s", m->path, strerror(errno));
+    close(in);
+    close(out);
+    snprintf(source, sizeof source, "/proc/self/fd/%d/%s", scratch, name);
+    if (mount(source, target, NULL, MS_BIND, NULL) != 0)
+        copy_refused("bind the copy of %s: %s", m->path, strerror(errno));
+    unsigned long keep = m->flags & (MS_NOSUID | MS_NODEV | MS_NOEXEC);
+    if (keep && mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | keep, NULL) != 0)
+        copy_refused("flags of the copy of %s: %s", m->path, strerror(errno));
+}
+
+static void enter_copy(void) {
+    static char info[1 << 20];
+    ssize_t n = read_file("/proc/self/mountinfo", info, sizeof info - 1);
+    if (n <= 0) copy_unavailable("cannot read /proc/self/mountinfo");
+    info[n] = 0;
+    static struct sub_mount subs[MAX_MOUNTS];
+    int n_subs = 0, have_root = 0;
+    unsigned long root_flags = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(info, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char point[MAX_PATH_LEN], options[512], fstype[64];
+        char *sep = strstr(line, " - ");
+        if (!sep || sscanf(line, "%*d %*d %*u:%*u %*s %4095s %511s", point, options) != 2 ||
+            sscanf(sep + 3, "%63s", fstype) != 1)
+            copy_unavailable("unreadable mountinfo line: %.200s", line);
+        unescape_mountinfo(point);
+        if (strcmp(point, "/") == 0) {
+            if (have_root) copy_unavailable("the sandbox's root is mounted over");
+            have_root = 1;
+            root_flags = mount_flags_of(options);
+            continue;
+        }
+        if (n_subs == MAX_MOUNTS) copy_unavailable("the sandbox has over %d mounts", MAX_MOUNTS);
+        struct sub_mount *m = &subs[n_subs++];
+        snprintf(m->path, sizeof m->path, "%s", point);
+        snprintf(m->fstype, sizeof m->fstype, "%s", fstype);
+        m->flags = mount_flags_of(options);
+        m->skip = 0;
+        for (int j = 0; j < n_subs - 1; j++)
+            if (strcmp(subs[j].path, m->path) == 0) subs[j].skip = 1;
+    }
+    if (!have_root) copy_unavailable("no root mount in mountinfo");
+    int root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root_fd < 0) copy_unavailable("open /: %s", strerror(errno));
+    for (int i = 0; i < n_subs; i++) {
+        subs[i].fd = subs[i].skip ? -1 : open(subs[i].path, O_PATH | O_CLOEXEC);
+        if (!subs[i].skip && subs[i].fd < 0) subs[i].skip = 1;  /* gone meanwhile: nothing to copy */
+    }
+
+    int config = sys_fsopen("tmpfs", RSR_FSOPEN_CLOEXEC);
+    if (config < 0) copy_refused("fsopen tmpfs: %s", strerror(errno));
+    if (sys_fsconfig(config, RSR_FSCONFIG_SET_STRING, "mode", "0700", 0) != 0 ||
+        sys_fsconfig(config, RSR_FSCONFIG_CMD_CREATE, NULL, NULL, 0) != 0)
+        copy_refused("create the scratch tmpfs: %s", strerror(errno));
+    int scratch = sys_fsmount(config, RSR_FSMOUNT_CLOEXEC, 0);
+    if (scratch < 0) copy_refused("fsmount the scratch tmpfs: %s", strerror(errno));
+    close(config);
+    if (sys_move_mount(scratch, "", root_fd, "", RSR_MOVE_MOUNT_F_EMPTY_PATH | 0x40 /* T_EMPTY_PATH */) != 0)
+        copy_refused("attach the scratch tmpfs: %s", strerror(errno));
+    if (mkdirat(scratch, "r", 0755) != 0) copy_unavailable("mkdir on the scratch tmpfs: %s", strerror(errno));
+
+    char base[64], target[MAX_PATH_LEN + 64];
+    snprintf(base, sizeof base, "/proc/self/fd/%d/r", scratch);
+    overlay_onto(base, root_fd, scratch, 0, root_flags);
+    for (int i = 0; i < n_subs; i++) {
+        struct sub_mount *m = &subs[i];
+        if (m->skip) continue;
+        snprintf(target, sizeof target, "%s%s", base, m->path);
+        struct stat st;
+        if (fstat(m->fd, &st) != 0) copy_unavailable("stat %s: %s", m->path, strerror(errno));
+        int writable_data = !(m->flags & MS_RDONLY) && holds_data(m->fstype);
+        if (writable_data && S_ISDIR(st.st_mode)) {
+            overlay_onto(target, m->fd, scratch, i + 1, m->flags);
+        } else if (writable_data && S_ISREG(st.st_mode)) {
+            file_copy_onto(target, m, scratch, i + 1);
+        } else {
+            char source[64];
+            snprintf(source, sizeof source, "/proc/self/fd/%d", m->fd);
+            if (mount(source, target, NULL, MS_BIND, NULL) != 0)
+                copy_refused("bind %s (%s): %s", m->path, m->fstype, strerror(errno));
+        }
+    }
+    for (int i = 0; i < n_subs; i++) if (subs[i].fd >= 0) close(subs[i].fd);
+    int new_root = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (new_root < 0 || fchdir(new_root) != 0) copy_unavailable("enter the copy: %s", strerror(errno));
+    if (syscall(__NR_pivot_root, ".", ".") != 0) copy_refused("pivot_root into the copy: %s", strerror(errno));
+    /* pivot_root put the old root, and the scratch stacked on it, on top of the copy:
+     * detach from the top until the copy is the only mount at "/", which mountinfo
+     * (listing stacked mounts too) confirms. Left attached, a chroot would lead back. */
+    for (int round = 0;; round++) {
+        n = read_file("/proc/self/mountinfo", info, sizeof info - 1);
+        if (n <= 0) copy_unavailable("cannot read /proc/self/mountinfo in the copy");
+        info[n] = 0;
+        int at_root = 0, copy_at_root = 0;
+        for (char *line = strtok_r(info, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            char point[MAX_PATH_LEN], source[64] = "";
+            char *sep = strstr(line, " - ");
+            if (!sep || sscanf(line, "%*d %*d %*u:%*u %*s %4095s", point) != 1) continue;
+            if (strcmp(point, "/") != 0) continue;
+            at_root++;
+            copy_at_root += sscanf(sep + 3, "%*s %63s", source) == 1 && strcmp(source, "rsr-verify-copy") == 0;
+        }
+        if (at_root == 1 && copy_at_root == 1) break;
+        if (round == 4) copy_unavailable("the sandbox's root stays mounted over the copy (%d mounts at /)", at_root);
+        if (umount2(".", MNT_DETACH) != 0) copy_refused("detach the sandbox's root: %s", strerror(errno));
+    }
+    if (chdir("/") != 0) copy_unavailable("chdir / in the copy: %s", strerror(errno));
+    close(new_root);
+    close(root_fd);
+    close(scratch);
+}
+
 /* ---- the user ------------------------------------------------------------------------------ */
 
 static int resolve_user(const char *spec, uid_t *uid, gid_t *gid) {
@@ -650,7 +940,7 @@ static int resolve_user(const char *spec, uid_t *uid, gid_t *gid) {
 
 static int usage(void) {
     dprintf(2, "usage: rsr-verify idle | rsr-verify run PID --cgroup-root DIR [--tmpfs PATH]... "
-               "[--timeout S] [--kill-after S] [--workdir DIR] [--user SPEC] [--env K=V]... "
+               "[--copy] [--timeout S] [--kill-after S] [--workdir DIR] [--user SPEC] [--env K=V]... "
                "[--max-files N] [--keep-bytes N] -- COMMAND\n");
     return 2;
 }
@@ -671,7 +961,7 @@ int main(int argc, char **argv) {
     pid_t target = (pid_t)atoi(argv[2]);
     const char *cgroup_root = NULL, *workdir = "/", *user = NULL, *command = NULL;
     struct private_mount mounts[MAX_TMPFS];
-    int n_mounts = 0;
+    int n_mounts = 0, copy = 0;
     double timeout_s = 600, kill_after_s = 5;
     char *extra_env[MAX_ENV];
     int n_extra = 0;
@@ -679,6 +969,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--") == 0) { command = v; break; }
+        if (strcmp(a, "--copy") == 0) { copy = 1; continue; }
         if (!v) return usage();
         if (strcmp(a, "--cgroup-root") == 0) cgroup_root = v;
         else if (strcmp(a, "--tmpfs") == 0 && n_mounts < MAX_TMPFS) mounts[n_mounts++].path = v;
@@ -740,6 +1031,7 @@ int main(int argc, char **argv) {
     }
     if (unshare(CLONE_NEWNS) != 0) fail("unshare a mount namespace: %s", strerror(errno));
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) fail("make / private: %s", strerror(errno));
+    if (copy) enter_copy();
 
     uid_t uid = 0;
     gid_t gid = 0;
@@ -787,7 +1079,7 @@ int main(int argc, char **argv) {
             set_caps(test_caps, 0);
         }
         prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);  /* as the sandbox's own processes run */
-        deny_user_namespaces();
+        deny_syscalls();
         char *args[] = {"bash", "-c", (char *)command, NULL};
         execve("/bin/bash", args, envp);
         execve("/usr/bin/bash", args, envp);

@@ -330,9 +330,10 @@ async def stop_agent_processes(sandbox: Sandbox) -> int:
     return int(found[-1])
 
 
-def hidden_run(task: Task, *, time_limit: float) -> HiddenRun:
+def hidden_run(task: Task, *, time_limit: float, discard_changes: bool = False) -> HiddenRun:
     """What :func:`verify` asks the sandbox to run for ``task`` (Harbor's command, or
-    terminal-bench's), with the verifier's environment, user and working directory."""
+    terminal-bench's), with the verifier's environment, user and working directory
+    (``discard_changes``: on a throwaway copy of the sandbox, see :class:`HiddenRun`)."""
     env = dict(task.verifier_env)
     files: list[tuple[str, str]] = [(str(task.tests_dir), "")]
     if task.format == "terminal-bench":
@@ -356,6 +357,7 @@ def hidden_run(task: Task, *, time_limit: float) -> HiddenRun:
         logs_dir=REWARD_DIR,
         max_files=MAX_LOG_FILES,
         keep_bytes=MAX_LOG_FILE_CHARS - 200,
+        discard_changes=discard_changes,
     )
 
 
@@ -379,13 +381,16 @@ def _reward_of(report: HiddenReport) -> tuple[str, str]:
 
 
 async def verify(
-    sandbox: Sandbox, task: Task, *, time_limit: float | None = None, stop_agent: bool = False
+    sandbox: Sandbox, task: Task, *, time_limit: float | None = None, stop_agent: bool = False,
+    discard_changes: bool = False,
 ) -> Verification:
     """Run the task's hidden tests in ``sandbox`` (after the agent is done) and read the reward.
 
     The agent's processes keep running, as in Harbor (``stop_agent=True`` kills them
     first: opt-in, see :func:`stop_agent_processes`); the tests and what they write are
-    out of their reach (see the module doc).
+    out of their reach (see the module doc). ``discard_changes=True`` (RSRT's claims,
+    after which the agent goes on): the tests run on a throwaway copy of the sandbox, so
+    nothing they write or start stays in it.
 
     Raises :class:`VerificationError` when the tests leave no usable reward (permanent:
     the task's fault) or time out (retried), :class:`~rsr_async.errors.SandboxError` when
@@ -398,7 +403,7 @@ async def verify(
     started = time.monotonic()
     if stop_agent:
         await stop_agent_processes(sandbox)
-    report = await sandbox.run_hidden(hidden_run(task, time_limit=limit))
+    report = await sandbox.run_hidden(hidden_run(task, time_limit=limit, discard_changes=discard_changes))
     logs = _logs_of(report)
     stdout = report.files.get(STDOUT_LOG, "") if task.format != "terminal-bench" else ""
     output = _truncate(stdout + report.output)
@@ -486,8 +491,11 @@ async def grade(
     key: str,
     stop_agent: bool = False,
     time_limit: float | None = None,
+    discard_changes: bool = False,
 ) -> Verification:
-    """Grade what the agent left in ``sandbox`` by the task's verifier mode.
+    """Grade what the agent left in ``sandbox`` by the task's verifier mode
+    (``discard_changes``: as :func:`verify`'s; a separate verifier's sandbox is thrown
+    away anyway).
 
     ``shared`` (the default): :func:`verify` in ``sandbox`` itself. ``separate`` (Harbor
     0.26's ``environment_mode``): the collect hooks run in ``sandbox``, the task's
@@ -497,7 +505,8 @@ async def grade(
     nothing the agent installed or replaced there can answer for the tests.
     """
     if task.verifier_mode != "separate":
-        return await verify(sandbox, task, time_limit=time_limit, stop_agent=stop_agent)
+        return await verify(sandbox, task, time_limit=time_limit, stop_agent=stop_agent,
+                            discard_changes=discard_changes)
     await _collect(sandbox, task)
     # The artifacts pass through a scratch directory, made and removed off the event loop.
     scratch = Path(await anyio.to_thread.run_sync(functools.partial(tempfile.mkdtemp, prefix="rsr-artifacts-")))

@@ -9,6 +9,7 @@ import pytest
 from rsr_async.errors import HarnessError, ShellClosedError
 from rsr_async.harness.fakes import FakeShell, FakeShellSandbox, ReplayModel
 from rsr_async.llm.base import Completion
+from rsr_async.sandbox.base import HiddenRun
 from rsr_async.schema import Usage
 
 
@@ -72,3 +73,21 @@ async def test_replay_model_replays_records_and_runs_out_loudly() -> None:
     with pytest.raises(HarnessError, match="no scripted reply left for call 4"):
         await model.chat([], affinity="k")
     assert [c.seed for c in model.calls] == [3, None, None, None]
+
+
+async def test_fake_hidden_runs_keep_writes_unless_told_to_discard_them(tmp_path: Path) -> None:
+    """As the Docker sandbox: a plain hidden run's writes outside /tests and
+    /logs/verifier stay; a claim's (``discard_changes``) do not; neither leaves the
+    private directories behind."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "key.txt").write_text("secret\n")
+    sandbox = FakeShellSandbox(FakeShell(files={"/app/out.txt": "agent\n"}))
+    command = "echo tests > /app/out.txt\necho 1 > /logs/verifier/reward.txt\ncat /tests/key.txt"
+    run = HiddenRun(files=((str(tests), ""),), command=command, time_limit=5, discard_changes=True)
+    report = await sandbox.run_hidden(run)
+    assert report.files == {"reward.txt": "1\n"} and "secret" in report.output
+    assert sandbox.current.files == {"/app/out.txt": "agent\n"}
+    plain = await sandbox.run_hidden(HiddenRun(files=run.files, command=command, time_limit=5))
+    assert plain.files == {"reward.txt": "1\n"}
+    assert sandbox.current.files == {"/app/out.txt": "tests\n"}

@@ -1,4 +1,4 @@
-"""RSRT against real Docker: hidden tests run in a committed copy of the sandbox, the
+"""RSRT against real Docker: hidden tests run on a throwaway copy of the sandbox, the
 agent hears one fixed sentence on failure and keeps working, and an agent that searches
 its whole filesystem after a failed claim finds no tests, reward or verifier output."""
 
@@ -86,7 +86,7 @@ async def test_a_failed_claim_leaves_nothing_to_find_and_the_agent_recovers(tmp_
             left = await sandbox.run("ls -d /tests /logs/verifier 2>&1; echo rc=$?", time_limit=30)
             assert "rc=2" in left.output, left.output
         assert await pool.containers() == []
-    assert _snapshot_images(run_id) == []  # the committed copies are gone too
+    assert _snapshot_images(run_id) == []  # no committed copy was made, or it is gone
     assert _labelled(run_id) == []
 
     assert outcome.end_reason == "completed", outcome.error

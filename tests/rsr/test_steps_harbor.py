@@ -1,0 +1,126 @@
+"""Multi-step tasks run as Harbor 0.26.0 runs them.
+
+``scripts/record_harbor_steps.py`` ran Harbor's own ``Job`` (its ``MultiStepTrial``) on
+the tasks in ``tests/tasks/harbor_steps/`` under four plans of the agent and recorded, per
+task and plan, the instructions the agent got in order, each step's rewards, which steps
+ran, and the trial's rewards. Here the same plans are typed by a model stand-in through
+our engine (Engine, EpisodeRunner, the Terminus 2 harness, real Docker sandboxes and the
+real verifier) and must come out the same.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from anyio.lowlevel import checkpoint
+
+from rsr_async.config import Config, EngineConfig, RunConfig, SandboxConfig
+from rsr_async.engine import Engine, Job
+from rsr_async.llm.base import ChatMessage, Completion
+from rsr_async.rsr.episode import EpisodeRunner
+from rsr_async.sandbox import SandboxPool
+from rsr_async.schema import EpisodeResult, EpisodeSpec, JobKey, Usage
+from rsr_async.tasks import load_task
+
+pytestmark = pytest.mark.docker
+
+STEPS = Path(__file__).resolve().parents[1] / "tasks" / "harbor_steps"
+RECORDED = json.loads((STEPS / "expected.json").read_text())
+PLANS: dict[str, dict[str, list[str]]] = RECORDED["plans"]
+PLAN_NAMES = sorted(PLANS)
+
+
+def _reply(commands: Sequence[str], done: bool) -> str:
+    keys = [{"keystrokes": f"{c}\n", "duration": 1.0} for c in commands]
+    return json.dumps({"analysis": "a", "plan": "p", "commands": keys, "task_complete": done})
+
+
+class PlanModel:
+    """A model stand-in that types a recorded plan: in each fresh chat (one per step) it
+    finds the step by its instruction, types that step's commands of the episode's plan
+    (named by the job's attempt) and claims completion, then confirms it."""
+
+    def __init__(self, instructions: dict[str, str]) -> None:
+        self._instructions = instructions  # instruction → step name
+        self.first_prompts: dict[str, list[str]] = {}  # episode → each chat's first prompt
+        self.fresh: dict[str, list[bool]] = {}
+
+    @property
+    def model_name(self) -> str:
+        return "plan-typist"
+
+    @property
+    def context_length(self) -> int:
+        return 32768
+
+    async def chat(
+        self, messages: Sequence[ChatMessage], *, affinity: str, max_tokens: int | None = None,
+        temperature: float | None = None, seed: int | None = None,
+    ) -> Completion:
+        await checkpoint()
+        first = messages[0]["content"]
+        step = next(name for text, name in self._instructions.items() if text in first)
+        plan = PLAN_NAMES[int(affinity.split("/a")[1].split("/")[0])]
+        if len(messages) == 1:
+            self.first_prompts.setdefault(affinity, []).append(first)
+            text = _reply(PLANS[plan][step], done=True)
+        else:
+            text = _reply([], done=True)
+        return Completion(text=text, finish_reason="stop", usage=Usage(requests=1))
+
+
+@pytest.mark.timeout(900)
+async def test_recorded_plans_run_as_harbor_ran_them(tmp_path: Path) -> None:
+    assert RECORDED["harbor"] == "0.26.0"
+    tasks = {name: load_task(STEPS / name) for name in sorted(RECORDED["trials"])}
+    instructions = {s.instruction: s.name for t in tasks.values() for s in t.steps}
+    model = PlanModel(instructions)
+    specs = [
+        EpisodeSpec(key=JobKey(stage="discover", task=name, harness="terminus2", attempt=index), task=task)
+        for name, task in tasks.items() for index, _ in enumerate(PLAN_NAMES)
+    ]
+    config = Config(run=RunConfig(concurrency=4),
+                    engine=EngineConfig(progress="none", infra_retries=1, store_batch_ms=10.0))
+    async with SandboxPool(SandboxConfig(api_timeout_s=60.0), run_id=f"test-steps-{uuid.uuid4().hex[:8]}") as pool:
+        runner = EpisodeRunner(pool=pool, model=model, harness=config.harness, scripted=False)
+        async with Engine(config, runner=runner, run_dir=tmp_path / "run") as engine:
+            results = [r async for r in engine.run([Job.episode(s) for s in specs], stage="discover")]
+        assert await pool.containers() == []
+    assert len(results) == len(specs)
+    for result in sorted(results, key=lambda r: str(r.key)):
+        assert isinstance(result, EpisodeResult)
+        plan = PLAN_NAMES[result.key.attempt]
+        harbor = RECORDED["trials"][result.key.task][plan]
+        where = f"{result.key.task} under plan {plan!r}"
+        assert result.status in ("succeeded", "failed"), (where, result.error)
+        # The steps that ran, and each one's rewards (None: not graded, its setup failed).
+        assert [s.name for s in result.steps] == [s["name"] for s in harbor["steps"]], where
+        for ours, theirs in zip(result.steps, harbor["steps"], strict=True):
+            if theirs["rewards"] is None:
+                assert ours.reward is None and "setup.sh exited" in (ours.error or ""), (where, ours)
+            else:
+                expected = {k: float(v) for k, v in theirs["rewards"].items()}
+                assert ours.rewards == expected, (where, ours.name, ours.verifier_output)
+        assert result.rewards == {k: float(v) for k, v in harbor["rewards"].items()}, where
+        assert result.status == ("succeeded" if harbor["rewards"]["reward"] == 1.0 else "failed")
+        # The instructions, in order, each at the start of a fresh chat.
+        prompts = model.first_prompts[str(result.key)]
+        assert len(prompts) == len(harbor["instructions"]), where
+        for prompt, instruction in zip(prompts, harbor["instructions"], strict=True):
+            assert f"Task Description:\n{instruction.strip()}\n" in prompt, where
+        # The first step's chat opens on a fresh terminal's screen; later steps' on the same
+        # terminal, showing what is new since the previous step's last observation (Harbor's
+        # get_incremental_output on its one TmuxSession: the prompt line at least).
+        assert "Current terminal state:\nCurrent Terminal Screen:" in prompts[0], where
+        for prompt in prompts[1:]:
+            assert "Current terminal state:\nNew Terminal Output:\n" in prompt, (where, prompt[-300:])
+        # Each step's fresh chat begins in the trajectory where the step says.
+        assert result.trajectory is not None
+        by_name = {s.name: s for s in tasks[result.key.task].steps}
+        for step in result.steps[: len(prompts)]:
+            opening = result.trajectory.messages[step.first_message]
+            assert opening.origin == "task" and by_name[step.name].instruction in opening.content, where

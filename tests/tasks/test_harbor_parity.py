@@ -30,7 +30,7 @@ def test_recording_is_harbor_0_25_and_covers_the_bundled_suite() -> None:
     bundled = {f"rsr_async/tasks/bundled/{p.name}" for p in Path(BUNDLED_SUITE).iterdir()
                if (p / "task.toml").is_file()}
     assert bundled and bundled <= set(TASKS)
-    assert MULTI_STEP == {"tests/tasks/fixtures/multistep/two-steps"}
+    assert MULTI_STEP == {"tests/tasks/fixtures/multistep/two-steps", "rsr_async/tasks/bundled/log-triage-steps"}
 
 
 def test_every_bundled_task_is_valid_for_harbor_0_25() -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "PlanSpec",
     "Role",
     "Runbook",
+    "StepHealthcheck",
     "StepResult",
     "Task",
     "TaskStep",
@@ -106,6 +107,18 @@ class CollectHook(msgspec.Struct, frozen=True, kw_only=True):
     user: str | None = None
 
 
+class StepHealthcheck(msgspec.Struct, frozen=True, kw_only=True):
+    """A step's ``[steps.healthcheck]`` (Harbor 0.26's ``HealthcheckConfig``, Docker
+    HEALTHCHECK semantics): run after the step's setup, before the agent."""
+
+    command: str
+    interval_s: float = 5.0
+    timeout_s: float = 30.0
+    start_period_s: float = 0.0
+    start_interval_s: float = 5.0
+    retries: int = 3
+
+
 class TaskStep(msgspec.Struct, frozen=True, kw_only=True):
     """One ``[[steps]]`` entry of a multi-step Harbor 0.26 task (``steps/<name>/``).
 
@@ -134,6 +147,7 @@ class TaskStep(msgspec.Struct, frozen=True, kw_only=True):
     """The task's collect hooks, then the step's."""
     artifacts: tuple[str, ...] = ()
     """The task's artifacts, then the step's."""
+    healthcheck: StepHealthcheck | None = None
     min_reward: dict[str, float] | None = None
     """``min_reward``: the remaining steps are not run when a key's reward is below its
     threshold or missing (a number gates the ``reward`` key)."""

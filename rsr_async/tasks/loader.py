@@ -56,7 +56,7 @@ import yaml
 
 from ..errors import TaskError
 from ..sandbox.compose import COMPOSE_FILE, plain_client_environment, task_compose
-from ..schema import CollectHook, Task, TaskStep
+from ..schema import CollectHook, StepHealthcheck, Task, TaskStep
 from .harbor_keys import check_task_keys
 from .parsers import PARSERS
 
@@ -424,6 +424,25 @@ def _steps(
         separate = _separate_verifier({"artifacts": fields.table.get("artifacts")}, verifier, task, config_file)
         mode = verifier.string("environment_mode") or base["verifier_mode"]
         workdir = step_dir / "workdir"
+        healthcheck = None
+        if fields.table.get("healthcheck") is not None:
+            check = _Fields(fields.table.get("healthcheck"), f"{where}.healthcheck", task, config_file)
+            command = check.string("command")
+            if not command:
+                raise check._bad("command", "a non-empty command", command)
+            retries = check.table.get("retries", 3)
+            if isinstance(retries, bool) or not isinstance(retries, int) or not 1 <= retries <= 1000:
+                raise check._bad("retries", "an integer from 1 to 1000", retries)
+            healthcheck = StepHealthcheck(
+                command=command,
+                interval_s=check.number("interval_sec", 5.0) or 5.0,
+                timeout_s=check.number("timeout_sec", 30.0) or 30.0,
+                # 0 (Harbor's default) is allowed here, unlike other durations
+                start_period_s=(check.number("start_period_sec", None) or 0.0)
+                if check.table.get("start_period_sec") else 0.0,
+                start_interval_s=check.number("start_interval_sec", 5.0) or 5.0,
+                retries=retries,
+            )
         steps.append(TaskStep(
             name=name,
             instruction=instruction,
@@ -438,6 +457,7 @@ def _steps(
             verifier_mode="separate" if mode == "separate" else "shared",
             verifier_collect=(*base["verifier_collect"], *separate["verifier_collect"]),
             artifacts=tuple(dict.fromkeys((*base["artifacts"], *separate["artifacts"]))),
+            healthcheck=healthcheck,
             min_reward=_min_reward(fields.table.get("min_reward"), where, task, config_file),
         ))
     return tuple(steps)

@@ -55,7 +55,8 @@ _SETUP_SLACK_S = 30.0
 
 
 class StepSetupError(Exception):
-    """A step's ``setup.sh`` failed: Harbor records it on the step and runs no more steps."""
+    """A step's ``setup.sh`` or healthcheck failed: Harbor records it on the step, does
+    not grade it, and runs no more steps."""
 
 
 def step_task(task: Task, step: TaskStep, *, tests_dir: str | None = None) -> Task:
@@ -116,11 +117,18 @@ async def grade_step(
 
 async def prepare_step(sandbox: Sandbox, task: Task, step: TaskStep) -> None:
     """Harbor's step setup: ``steps/<name>/workdir/`` copied into the agent's working
-    directory, then its ``setup.sh`` run there (as root, with the task's environment).
+    directory, then its ``setup.sh`` run there (as root, with the task's environment),
+    then the step's healthcheck.
 
-    Raises :class:`StepSetupError` when ``setup.sh`` fails (a task or agent fault that
+    Raises :class:`StepSetupError` when ``setup.sh`` or the healthcheck fails (a task or agent fault that
     Harbor records on the step), :class:`~rsr_async.errors.SandboxError` when the sandbox does.
     """
+    await _setup(sandbox, task, step)
+    if step.healthcheck is not None:
+        await _healthcheck(sandbox, task, step)
+
+
+async def _setup(sandbox: Sandbox, task: Task, step: TaskStep) -> None:
     if step.workdir_dir is None:
         return
     with anyio.fail_after(_SETUP_SLACK_S * 2):
@@ -137,6 +145,30 @@ async def prepare_step(sandbox: Sandbox, task: Task, step: TaskStep) -> None:
     if result.timed_out or result.exit_code != 0:
         how = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
         raise StepSetupError(f"step {step.name!r}: setup.sh {how}: {result.output[-500:]}")
+
+
+async def _healthcheck(sandbox: Sandbox, task: Task, step: TaskStep) -> None:
+    """Harbor's ``run_healthcheck`` (Docker HEALTHCHECK semantics): failures in the start
+    period do not count; after it, ``retries`` consecutive failures fail the step."""
+    check = step.healthcheck
+    assert check is not None
+    start_period_end = anyio.current_time() + check.start_period_s
+    failures = 0
+    while True:
+        in_start_period = anyio.current_time() < start_period_end
+        with anyio.fail_after(check.timeout_s + _SETUP_SLACK_S):
+            result = await sandbox.run(check.command, time_limit=check.timeout_s,
+                                       env=dict(task.env), workdir=task.workdir)
+        if result.exit_code == 0 and not result.timed_out:
+            return
+        if in_start_period:
+            await anyio.sleep(check.start_interval_s)
+            continue
+        failures += 1
+        if failures >= check.retries:
+            raise StepSetupError(f"step {step.name!r}: healthcheck failed after {check.retries} "
+                                 f"consecutive retries: {check.command}")
+        await anyio.sleep(check.interval_s)
 
 
 def stop_reason(step: TaskStep, result: StepResult) -> str | None:

@@ -6,12 +6,12 @@ recording they are checked against, are in :mod:`rsr_async.tasks.steps`):
 
 - one sandbox and one terminal for every step: what the agent left running or on disk
   in a step is there in the next;
-- per step: its setup (``workdir/``, ``setup.sh``), then the harness on the step's own
+- per step: its setup (``workdir/``, ``setup.sh``, healthcheck), then the harness on the step's own
   instruction under the step's agent timeout, as Harbor runs Terminus 2 once per step:
   a **fresh chat** whose first prompt is the step's instruction and what is new on the
   terminal since the previous step's last observation; then the step's hidden tests
-  (:func:`~rsr_async.tasks.steps.grade_step`, the same ``tasks.grade`` path as any
-  episode, out of the agent's reach);
+  (the task's ``tests/`` with the step's over them, :func:`~rsr_async.tasks.steps.step_tests`;
+  the same ``tasks.grade`` path as any episode, out of the agent's reach);
 - a step that was not graded, or below its ``min_reward``, ends the episode; the
   episode's rewards are the steps' by ``multi_step_reward_strategy``
   (:func:`~rsr_async.tasks.steps.episode_rewards`), each step's kept in
@@ -53,12 +53,12 @@ from ..schema import (
 from ..tasks.steps import (
     StepSetupError,
     episode_rewards,
-    grade_step,
     prepare_step,
     step_task,
+    step_tests,
     stop_reason,
 )
-from ..tasks.verifier import Verification, main_reward
+from ..tasks.verifier import Verification, grade, main_reward
 
 __all__ = ["StepDeps", "run_steps"]
 
@@ -118,8 +118,9 @@ async def run_steps(spec: EpisodeSpec, ctx: JobContext, deps: StepDeps) -> Episo
                 first_message = len(done)
                 try:
                     await prepare_step(sandbox, task, step)
-                except StepSetupError as exc:
-                    results.append(StepResult(name=step.name, first_message=first_message, error=str(exc)))
+                except StepSetupError as exc:  # Harbor: the step is not graded, none after it runs
+                    results.append(StepResult(name=step.name, first_message=first_message, end_reason="error",
+                                              error=str(exc)))
                     stopped = stop_reason(step, results[-1])
                     break
                 continued = shell is not None and shell.alive
@@ -129,16 +130,20 @@ async def run_steps(spec: EpisodeSpec, ctx: JobContext, deps: StepDeps) -> Episo
                     with phase("shell"):
                         shell = await sandbox.shell()
                 assert shell is not None
-                step_spec = msgspec.structs.replace(spec, task=step_task(task, step))
                 current = Trajectory(task=task.name, harness=spec.harness, model=deps.model.model_name)
                 reported = 0
-                outcome, killed = await _agent(deps, step_spec, sandbox, shell, checkpoint, latest,
-                                               continued=continued)
-                current = outcome.trajectory
-                verification = outcome.verification  # RSRT: its last hidden run on the step's tests
-                if verification is None and killed is None:
-                    last = index == len(task.steps) - 1  # killing the agent's processes kills its shell
-                    verification, killed = await _grade(deps, sandbox, spec, index, stop_agent=deps.stop_agent and last)
+                # The step's task carries its whole /tests (the task's with the step's over
+                # them), so RSRT's hidden checks and the step's grading see the same tests.
+                async with step_tests(task, step) as tests_dir:
+                    step_spec = msgspec.structs.replace(spec, task=step_task(task, step, tests_dir=tests_dir))
+                    outcome, killed = await _agent(deps, step_spec, sandbox, shell, checkpoint, latest,
+                                                   continued=continued)
+                    current = outcome.trajectory
+                    verification = outcome.verification  # RSRT: its last hidden run on the step's tests
+                    if verification is None and killed is None:
+                        last = index == len(task.steps) - 1  # killing the agent's processes kills its shell
+                        verification, killed = await _grade(deps, sandbox, step_spec, step.name,
+                                                            stop_agent=deps.stop_agent and last)
                 if killed is not None:
                     outcome = msgspec.structs.replace(outcome, end_reason="error", error=killed)
                 done.extend(outcome.trajectory.messages)
@@ -224,16 +229,16 @@ async def _agent(
 
 
 async def _grade(
-    deps: StepDeps, sandbox: Sandbox, spec: EpisodeSpec, index: int, *, stop_agent: bool
+    deps: StepDeps, sandbox: Sandbox, spec: EpisodeSpec, name: str, *, stop_agent: bool
 ) -> tuple[Verification | None, str | None]:
-    step = spec.task.steps[index]
+    """The step's hidden tests (``spec.task`` is the step's), as a single-step episode's."""
     try:
         with phase("verify_wait"):
             await deps.verifiers.acquire()
         try:
             with phase("verify"):
-                return await grade_step(sandbox, spec.task, step, pool=deps.pool, key=str(spec.key),
-                                        stop_agent=stop_agent), None
+                return await grade(sandbox, spec.task, pool=deps.pool, key=f"{spec.key}/{name}",
+                                   stop_agent=stop_agent), None
         finally:
             deps.verifiers.release()
     except SandboxError:

@@ -48,6 +48,7 @@ __all__ = [
     "grade_steps",
     "prepare_step",
     "step_task",
+    "step_tests",
     "stop_reason",
 ]
 
@@ -89,8 +90,9 @@ def _merge_tests(task_tests: Path, step_tests: Path) -> str:
 
 
 @asynccontextmanager
-async def _step_tests(task: Task, step: TaskStep) -> AsyncIterator[str]:
-    """The directory to put in ``/tests`` for ``step``."""
+async def step_tests(task: Task, step: TaskStep) -> AsyncIterator[str]:
+    """The directory to put in ``/tests`` for ``step``: the task's ``tests/`` with the
+    step's over them (a scratch copy, removed on exit, when both exist)."""
     shared = Path(task.tests_dir) if task.tests_dir else None
     has_shared = shared is not None and await anyio.Path(shared).is_dir()
     if step.tests_dir is None or not has_shared or shared is None:
@@ -110,7 +112,7 @@ async def grade_step(
 ) -> Verification:
     """Grade what the agent left in ``sandbox`` after ``step``, through :func:`grade` (the
     step's verifier mode, out of the agent's reach), with the step's tests over the task's."""
-    async with _step_tests(task, step) as tests_dir:
+    async with step_tests(task, step) as tests_dir:
         return await grade(sandbox, step_task(task, step, tests_dir=tests_dir), pool=pool,
                            key=f"{key}/{step.name}", stop_agent=stop_agent)
 
@@ -220,7 +222,7 @@ async def grade_steps(
         try:
             await prepare_step(sandbox, task, step)
         except StepSetupError as exc:
-            results.append(StepResult(name=step.name, error=str(exc)))
+            results.append(StepResult(name=step.name, end_reason="error", error=str(exc)))
             output.append(f"== step {step.name} ==\n{exc}")
             break
         done = await act(step_task(task, step)) if act is not None else ""

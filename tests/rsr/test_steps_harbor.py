@@ -124,3 +124,29 @@ async def test_recorded_plans_run_as_harbor_ran_them(tmp_path: Path) -> None:
         for step in result.steps[: len(prompts)]:
             opening = result.trajectory.messages[step.first_message]
             assert opening.origin == "task" and by_name[step.name].instruction in opening.content, where
+
+
+@pytest.mark.timeout(900)
+async def test_rsrt_checks_each_step_against_the_steps_own_tests(tmp_path: Path) -> None:
+    """RSRT's hidden check at a step's completion claim grades that step's tests (the
+    task's shared ``tests/`` with the step's over them) on a copy of the sandbox: with
+    every step done right, each claim passes at once and the rewards are Harbor's."""
+    tasks = {name: load_task(STEPS / name) for name in sorted(RECORDED["trials"])}
+    model = PlanModel({s.instruction: s.name for t in tasks.values() for s in t.steps})
+    plan = PLAN_NAMES.index("all")
+    specs = [EpisodeSpec(key=JobKey(stage="discover", task=name, harness="rsrt", attempt=plan),
+                         task=task, harness="rsrt") for name, task in tasks.items()]
+    config = Config(run=RunConfig(concurrency=2),
+                    engine=EngineConfig(progress="none", infra_retries=1, store_batch_ms=10.0))
+    async with SandboxPool(SandboxConfig(api_timeout_s=60.0), run_id=f"test-steps-{uuid.uuid4().hex[:8]}") as pool:
+        runner = EpisodeRunner(pool=pool, model=model, harness=config.harness, scripted=False)
+        async with Engine(config, runner=runner, run_dir=tmp_path / "run") as engine:
+            results = [r async for r in engine.run([Job.episode(s) for s in specs], stage="discover")]
+        assert await pool.containers() == []
+    assert len(results) == 2
+    for result in results:
+        assert isinstance(result, EpisodeResult) and result.trajectory is not None
+        harbor = RECORDED["trials"][result.key.task]["all"]
+        assert result.rewards == {k: float(v) for k, v in harbor["rewards"].items()}, (result.key, result.error)
+        claims = [m.content for m in result.trajectory.messages if m.content.startswith("[rsrt] completion claim")]
+        assert len(claims) == len(harbor["steps"]) and all("hidden tests passed" in c for c in claims), claims

@@ -19,7 +19,8 @@ The tasks are ``tests/tasks/harbor_steps/<task>/``. Output, replaced on every ru
 ``tests/tasks/harbor_steps/expected.json``: per (task, plan) the instructions the agent
 got, in order, each step's rewards and exception, and the trial's rewards.
 ``tests/rsr/test_steps_harbor.py`` replays each plan through our episode runner (the
-Terminus 2 harness typing the plan, in real Docker sandboxes) and compares.
+Terminus 2 harness typing the plan, in real Docker sandboxes) and compares (a crashed
+step's verifier is the one deliberate difference: a permanent error here).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ PLANS: dict[str, dict[str, list[str]]] = {
                     "finish": ["echo gamma > /app/data/c.txt"], "one": ["echo 0 > /app/one.txt"]},
     # Nothing done: steps-gated's second setup.sh fails (no /app/data), ending the trial.
     "nothing": {name: [] for name in RIGHT},
+    # The second step's verifier writes no reward: Harbor ends the trial and scores the
+    # steps before it (steps-gated: 1.0 from its first step alone; steps-final: none).
+    "verifier-crash": {**RIGHT, "extend": ["echo crash > /app/data/b.txt"], "two": ["echo crash > /app/two.txt"]},
 }
 
 

@@ -58,7 +58,7 @@ from ..tasks.steps import (
     step_tests,
     stop_reason,
 )
-from ..tasks.verifier import Verification, grade, main_reward
+from ..tasks.verifier import Verification, VerificationError, grade, main_reward
 
 __all__ = ["StepDeps", "run_steps"]
 
@@ -239,6 +239,12 @@ async def _grade(
             with phase("verify"):
                 return await grade(sandbox, spec.task, pool=deps.pool, key=f"{spec.key}/{name}",
                                    stop_agent=stop_agent), None
+        except VerificationError as exc:  # the same error, naming the step
+            detail = str(exc).removeprefix(f"task {spec.task.name!r}: ")
+            named = VerificationError(f"step {name!r}: {detail}", task=spec.task.name, output=exc.output,
+                                      exit_code=exc.exit_code, logs=exc.logs)
+            named.permanent, named.retryable = exc.permanent, exc.retryable
+            raise named from exc
         finally:
             deps.verifiers.release()
     except SandboxError:

@@ -1,7 +1,7 @@
 """Multi-step tasks run as Harbor 0.26.0 runs them.
 
 ``scripts/record_harbor_steps.py`` ran Harbor's own ``Job`` (its ``MultiStepTrial``) on
-the tasks in ``tests/tasks/harbor_steps/`` under four plans of the agent and recorded, per
+the tasks in ``tests/tasks/harbor_steps/`` under five plans of the agent and recorded, per
 task and plan, the instructions the agent got in order, each step's rewards, which steps
 ran, and the trial's rewards. Here the same plans are typed by a model stand-in through
 our engine (Engine, EpisodeRunner, the Terminus 2 harness, real Docker sandboxes and the
@@ -20,6 +20,7 @@ from anyio.lowlevel import checkpoint
 
 from rsr_async.config import Config, EngineConfig, RunConfig, SandboxConfig
 from rsr_async.engine import Engine, Job
+from rsr_async.errors import is_permanent_error
 from rsr_async.llm.base import ChatMessage, Completion
 from rsr_async.rsr.episode import EpisodeRunner
 from rsr_async.sandbox import SandboxPool
@@ -97,6 +98,15 @@ async def test_recorded_plans_run_as_harbor_ran_them(tmp_path: Path) -> None:
         harbor = RECORDED["trials"][result.key.task][plan]
         where = f"{result.key.task} under plan {plan!r}"
         assert result.status in ("succeeded", "failed"), (where, result.error)
+        crashed = [s["name"] for s in harbor["steps"] if s["exception"] == "RewardFileNotFoundError"]
+        if crashed:
+            # Our deliberate difference: a step's verifier that leaves no reward is the task's
+            # permanent error, never graded (Harbor ends the trial and scores the steps before
+            # it: steps-gated passes with 1.0 from its first step alone).
+            assert result.status == "failed" and is_permanent_error(result.error), (where, result.error)
+            assert f"step {crashed[0]!r}: " in (result.error or "") and result.reward is None, where
+            assert [s["name"] for s in harbor["steps"]][-1] == crashed[0]  # Harbor ran no step after it
+            continue
         # The steps that ran, and each one's rewards (None: not graded, its setup failed).
         assert [s.name for s in result.steps] == [s["name"] for s in harbor["steps"]], where
         for ours, theirs in zip(result.steps, harbor["steps"], strict=True):

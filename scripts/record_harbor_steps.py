@@ -55,6 +55,8 @@ WORKDIR = "/app"
 
 # What the agent types at each step, per plan (container paths). Step names are unique
 # across the tasks, so one plan covers both.
+STALL = "#stall"
+"""Not a command: the agent keeps working (never ends its turn) until its timeout."""
 RIGHT = {
     "create": ["mkdir -p /app/data", "echo alpha > /app/data/a.txt"],
     "extend": ["cp /app/seeded /app/data/b.txt"],
@@ -74,6 +76,9 @@ PLANS: dict[str, dict[str, list[str]]] = {
     # The second step's verifier writes no reward: Harbor ends the trial and scores the
     # steps before it (steps-gated: 1.0 from its first step alone; steps-final: none).
     "verifier-crash": {**RIGHT, "extend": ["echo crash > /app/data/b.txt"], "two": ["echo crash > /app/two.txt"]},
+    # The agent does the first step of steps-final, then never finishes: the step's 10 s
+    # agent timeout ends its turn; Harbor still grades the step and runs the next.
+    "agent-timeout": {**RIGHT, "one": [*RIGHT["one"], STALL]},
 }
 
 
@@ -180,6 +185,8 @@ class PlannedAgent(BaseAgent):
         RECEIVED.append(instruction)
         step = step_instructions()[instruction.strip()]
         for command in PLANS[os.environ["RSR_RECORD_PLAN"]][step]:
+            if command == STALL:
+                await asyncio.sleep(3600)  # Harbor's step timeout cancels it
             result = await environment.exec(command)
             assert result.return_code == 0, (command, result.stderr)
 

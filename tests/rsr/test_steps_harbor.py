@@ -1,7 +1,7 @@
 """Multi-step tasks run as Harbor 0.26.0 runs them.
 
 ``scripts/record_harbor_steps.py`` ran Harbor's own ``Job`` (its ``MultiStepTrial``) on
-the tasks in ``tests/tasks/harbor_steps/`` under five plans of the agent and recorded, per
+the tasks in ``tests/tasks/harbor_steps/`` under six plans of the agent and recorded, per
 task and plan, the instructions the agent got in order, each step's rewards, which steps
 ran, and the trial's rewards. Here the same plans are typed by a model stand-in through
 our engine (Engine, EpisodeRunner, the Terminus 2 harness, real Docker sandboxes and the
@@ -33,6 +33,8 @@ STEPS = Path(__file__).resolve().parents[1] / "tasks" / "harbor_steps"
 RECORDED = json.loads((STEPS / "expected.json").read_text())
 PLANS: dict[str, dict[str, list[str]]] = RECORDED["plans"]
 PLAN_NAMES = sorted(PLANS)
+STALL = "#stall"
+"""In a plan (scripts/record_harbor_steps.py): the agent never ends its turn at that step."""
 
 
 def _reply(commands: Sequence[str], done: bool) -> str:
@@ -66,9 +68,14 @@ class PlanModel:
         first = messages[0]["content"]
         step = next(name for text, name in self._instructions.items() if text in first)
         plan = PLAN_NAMES[int(affinity.split("/a")[1].split("/")[0])]
+        commands = [c for c in PLANS[plan][step] if c != STALL]
+        stall = STALL in PLANS[plan][step]  # never claim completion: the step's timeout ends it
         if len(messages) == 1:
             self.first_prompts.setdefault(affinity, []).append(first)
-            text = _reply(PLANS[plan][step], done=True)
+            text = _reply(commands, done=not stall)
+        elif stall:  # keep working: real time passes on the terminal
+            text = json.dumps({"analysis": "a", "plan": "p", "task_complete": False,
+                               "commands": [{"keystrokes": "sleep 1\n", "duration": 1.5}]})
         else:
             text = _reply([], done=True)
         return Completion(text=text, finish_reason="stop", usage=Usage(requests=1))
@@ -110,6 +117,8 @@ async def test_recorded_plans_run_as_harbor_ran_them(tmp_path: Path) -> None:
         # The steps that ran, and each one's rewards (None: not graded, its setup failed).
         assert [s.name for s in result.steps] == [s["name"] for s in harbor["steps"]], where
         for ours, theirs in zip(result.steps, harbor["steps"], strict=True):
+            # Harbor's AgentTimeoutError on a step: graded all the same, the next step runs.
+            assert (ours.end_reason == "timeout") is (theirs["exception"] == "AgentTimeoutError"), (where, ours)
             if theirs["rewards"] is None:
                 assert ours.reward is None and "setup.sh exited" in (ours.error or ""), (where, ours)
             else:

@@ -136,8 +136,12 @@ async def _setup(sandbox: Sandbox, task: Task, step: TaskStep) -> None:
     with anyio.fail_after(_SETUP_SLACK_S * 2):
         where = await sandbox.run("pwd", time_limit=_SETUP_SLACK_S, workdir=task.workdir)
     workdir = (where.output.strip().splitlines() or ["/"])[-1].strip() or "/"
-    await sandbox.upload(Path(step.workdir_dir), workdir)
-    if not (Path(step.workdir_dir) / "setup.sh").is_file():
+    # Its entries one by one: the working directory itself (even "/") is left as it is.
+    local = Path(step.workdir_dir)
+    entries = await anyio.to_thread.run_sync(lambda: sorted(local.iterdir()))
+    for entry in entries:
+        await sandbox.upload(entry, f"{workdir.rstrip('/')}/{entry.name}")
+    if not any(entry.name == "setup.sh" and entry.is_file() for entry in entries):
         return
     script = f"{workdir.rstrip('/')}/setup.sh"
     limit = step.agent_timeout_s

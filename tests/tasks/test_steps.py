@@ -4,10 +4,15 @@ loop against Harbor's recorded trials is tests/rsr/test_steps_harbor.py."""
 
 from __future__ import annotations
 
-import msgspec
+from pathlib import Path
 
+import msgspec
+import pytest
+
+from rsr_async.config import SandboxConfig
+from rsr_async.sandbox import SandboxPool
 from rsr_async.schema import StepResult, Task, TaskStep
-from rsr_async.tasks.steps import episode_rewards, step_task, stop_reason
+from rsr_async.tasks.steps import episode_rewards, grade_step, step_task, stop_reason
 
 TASK = Task(name="t", path="/t", instruction="first", tests_dir="/t/tests",
             steps=(TaskStep(name="a", instruction="first"), TaskStep(name="b", instruction="second")))
@@ -49,3 +54,29 @@ def test_a_step_task_takes_the_steps_settings_and_has_no_steps_of_its_own() -> N
     assert task.verifier_env == {"K": "v"} and task.steps == ()
     assert task.tests_dir == "/t/steps/b/tests" and task.solution_path == "/t/steps/b/solution/solve.sh"
     assert step_task(TASK, TaskStep(name="a", instruction="first")).tests_dir == "/t/tests"
+
+
+@pytest.mark.docker
+async def test_a_separate_step_is_graded_in_a_fresh_sandbox_with_its_artifacts(pool: SandboxPool, tmp_path: Path) -> None:
+    """``[steps.verifier] environment_mode = "separate"`` with step ``artifacts``: the step's
+    tests (the task's test.sh, the step's file over the task's) see only the artifact."""
+    root = tmp_path / "task"
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nwant=$(cat /tests/want)\n"
+        "echo \"private=[$(cat /app/private.txt 2>&1 | head -c 40)]\"\n"
+        "[ \"$(cat /app/out.txt 2>/dev/null)\" = \"$want\" ] && echo 1 > /logs/verifier/reward.txt "
+        "|| echo 0 > /logs/verifier/reward.txt\n")
+    (root / "tests" / "want").write_text("task-level\n")
+    (root / "steps" / "a" / "tests").mkdir(parents=True)
+    (root / "steps" / "a" / "tests" / "want").write_text("42\n")
+    step = TaskStep(name="a", instruction="x", tests_dir=str(root / "steps" / "a" / "tests"),
+                    verifier_timeout_s=30, verifier_mode="separate", artifacts=("/app/out.txt",))
+    task = Task(name="separate-step", path=str(root), instruction="x", tests_dir=str(root / "tests"),
+                docker_image=SandboxConfig().base_image, steps=(step,))
+    async with pool.sandbox(task, key="separate-step") as sandbox:
+        await sandbox.run("mkdir -p /app && echo 42 > /app/out.txt && echo secret > /app/private.txt",
+                          time_limit=20)
+        verdict = await grade_step(sandbox, task, step, pool=pool, key="separate-step")
+    assert verdict.passed, verdict.output
+    assert "private=[cat: /app/private.txt: No such file" in verdict.output  # a fresh sandbox

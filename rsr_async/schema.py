@@ -49,7 +49,10 @@ __all__ = [
     "PlanSpec",
     "Role",
     "Runbook",
+    "StepHealthcheck",
+    "StepResult",
     "Task",
+    "TaskStep",
     "Trajectory",
     "Usage",
     "Verdict",
@@ -104,6 +107,52 @@ class CollectHook(msgspec.Struct, frozen=True, kw_only=True):
     user: str | None = None
 
 
+class StepHealthcheck(msgspec.Struct, frozen=True, kw_only=True):
+    """A step's ``[steps.healthcheck]`` (Harbor 0.26's ``HealthcheckConfig``, Docker
+    HEALTHCHECK semantics): run after the step's setup, before the agent."""
+
+    command: str
+    interval_s: float = 5.0
+    timeout_s: float = 30.0
+    start_period_s: float = 0.0
+    start_interval_s: float = 5.0
+    retries: int = 3
+
+
+class TaskStep(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``[[steps]]`` entry of a multi-step Harbor 0.26 task (``steps/<name>/``).
+
+    Every field is resolved at load as Harbor resolves it: the step's own value, else the
+    task's (``[agent]``, ``[verifier]``), so the step loop needs no task.toml rules."""
+
+    name: str
+    instruction: str
+    """``steps/<name>/instruction.md``, canary lines cut."""
+    tests_dir: str | None = None
+    """``steps/<name>/tests`` when present: put in ``/tests`` over the task's ``tests/``
+    (a ``test.sh`` there replaces the task's)."""
+    solution_path: str | None = None
+    """``steps/<name>/solution/solve.sh``, else the task's ``solution/solve.sh`` (Harbor's
+    oracle falls back to it), else None."""
+    workdir_dir: str | None = None
+    """``steps/<name>/workdir``: copied into the agent's working directory before the
+    step, and its ``setup.sh`` run there (Harbor's step setup)."""
+    agent_timeout_s: float = 600.0
+    verifier_timeout_s: float = 600.0
+    verifier_env: dict[str, str] = msgspec.field(default_factory=dict)
+    """The task's ``[verifier].env`` with the step's over it."""
+    verifier_user: str | None = None
+    verifier_mode: Literal["shared", "separate"] = "shared"
+    verifier_collect: tuple[CollectHook, ...] = ()
+    """The task's collect hooks, then the step's."""
+    artifacts: tuple[str, ...] = ()
+    """The task's artifacts, then the step's."""
+    healthcheck: StepHealthcheck | None = None
+    min_reward: dict[str, float] | None = None
+    """``min_reward``: the remaining steps are not run when a key's reward is below its
+    threshold or missing (a number gates the ``reward`` key)."""
+
+
 class Task(msgspec.Struct, frozen=True, kw_only=True):
     """One task, normalised from a Harbor or legacy terminal-bench directory."""
 
@@ -148,6 +197,14 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     tests_dir: str = ""
     test_script: str = "test.sh"
     solution_path: str | None = None
+    steps: tuple[TaskStep, ...] = ()
+    """A multi-step Harbor 0.26 task's ``[[steps]]``, in order (empty: a single-step
+    task). Then :attr:`instruction` is the first step's (Harbor shows the agent each
+    step's own, one after another) and :attr:`tests_dir` the task's shared ``tests/``
+    (which may not exist when every step has its own)."""
+    multi_step_reward: Literal["mean", "final"] = "mean"
+    """``multi_step_reward_strategy``: the episode's rewards are the per-key mean over the
+    steps that were graded (a key a step lacks counts 0), or the last run step's."""
 
 
 class Command(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -395,6 +452,25 @@ class EpisodeTiming(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     observations), the event loop's queue, anything not accounted for."""
 
 
+class StepResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How one step of a multi-step task went (Harbor's ``StepResult``)."""
+
+    name: str
+    first_message: int = 0
+    """Index in the episode's trajectory of the step's first message: each step is a
+    fresh chat (Harbor runs Terminus 2 anew per step), so a conversation ends there."""
+    reward: float | None = None
+    """The step's main reward; None when it was not graded (its setup failed, or its
+    verifier left no reward)."""
+    rewards: dict[str, float] = msgspec.field(default_factory=dict)
+    end_reason: EndReason = "completed"
+    """How the agent's turn at this step ended."""
+    turns: int = 0
+    error: str | None = None
+    """What went wrong in this step (setup, verifier), if anything."""
+    verifier_output: str = ""
+
+
 class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     """What one episode produced. ``status`` and ``end_reason`` say how it ended."""
 
@@ -415,6 +491,9 @@ class EpisodeResult(JobResult, kw_only=True, tag="episode"):
     sandbox); None when unlisted, in older stores, or when the listing failed."""
     timing: EpisodeTiming = EpisodeTiming()
     """Where the episode's time went, by phase; all zero in stores written before it existed."""
+    steps: tuple[StepResult, ...] = ()
+    """A multi-step task: each step that ran, in order (steps after one that stopped the
+    episode are absent); :attr:`rewards` is then their aggregate. Empty otherwise."""
 
     @classmethod
     def partial_fields(cls, partial: Trajectory | None) -> dict[str, Any]:
@@ -545,6 +624,10 @@ class EpisodeSpec(JobSpecBase, frozen=True, kw_only=True, tag="episode"):
         # deadline_s is the agent's own clock (the harness enforces it); the job also
         # builds, starts, verifies and may queue for each.
         task = self.task
+        if task.steps:  # a multi-step task runs and grades every step in one job
+            agent = sum(self.deadline_s if self.deadline_s is not None else s.agent_timeout_s for s in task.steps)
+            tests = sum(s.verifier_timeout_s for s in task.steps)
+            return task.build_timeout_s + agent + tests + EPISODE_SLACK_S
         agent = self.deadline_s if self.deadline_s is not None else task.agent_timeout_s
         return task.build_timeout_s + agent + task.verifier_timeout_s + EPISODE_SLACK_S
 

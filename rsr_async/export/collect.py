@@ -15,7 +15,7 @@ from typing import Any
 
 from ..engine.reader import RunReader
 from ..llm.base import SCRIPTED_MARK
-from ..schema import AuditResult, EpisodeResult
+from ..schema import AuditResult, EpisodeResult, Trajectory
 from .records import ExportRecord
 
 __all__ = ["DIRECT_HARNESS", "collect_records"]
@@ -31,10 +31,10 @@ def collect_records(store: RunReader) -> list[ExportRecord]:
     for source in store.results(stage="discover", status="succeeded"):
         if source.trajectory is None:
             continue
-        common = _common(source, model)
-        records.append(ExportRecord(set="baseline", **common))
-        if source.key.harness == DIRECT_HARNESS:
-            records.append(ExportRecord(set="direct", **common))
+        for common in _conversations(source, model):
+            records.append(ExportRecord(set="baseline", **common))
+            if source.key.harness == DIRECT_HARNESS:
+                records.append(ExportRecord(set="direct", **common))
     kept = {
         audit.verdict.subject
         for audit in store.outputs(AuditResult, stage="audit", status="succeeded")
@@ -49,6 +49,25 @@ def collect_records(store: RunReader) -> list[ExportRecord]:
             ExportRecord(set="rewrite", source_key=source_key, runbook=key.runbook, **_common(execution, model))
         )
     return records
+
+
+def _conversations(result: EpisodeResult, model: str) -> list[dict[str, Any]]:
+    """One record's fields per conversation: a multi-step episode's steps are separate
+    chats (the agent starts each afresh, as under Harbor), so each step with full marks
+    is its own record (``<key>#<step>``); a single-step episode is one."""
+    common = _common(result, model)
+    if not result.steps:
+        return [common]
+    trajectory = common["trajectory"]
+    out: list[dict[str, Any]] = []
+    for index, step in enumerate(result.steps):
+        if step.reward is None or step.reward < 1.0 - 1e-9:
+            continue
+        end = result.steps[index + 1].first_message if index + 1 < len(result.steps) else None
+        part = Trajectory(task=trajectory.task, harness=trajectory.harness, model=trajectory.model,
+                          messages=trajectory.messages[step.first_message:end])
+        out.append({**common, "key": f"{common['key']}#{step.name}", "trajectory": part, "reward": step.reward})
+    return out
 
 
 def _common(result: EpisodeResult, model: str) -> dict[str, Any]:

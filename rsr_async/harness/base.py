@@ -16,7 +16,7 @@ from ..tasks.verifier import Verification
 
 if TYPE_CHECKING:  # the llm and sandbox packages pull in HTTP and Docker clients
     from ..llm.base import ChatModel
-    from ..sandbox.base import Sandbox
+    from ..sandbox.base import Sandbox, ShellSession
     from ..schema import EpisodeSpec, Task
 
 __all__ = ["DEFAULT_MODEL_CALL_BUDGET_S", "AgentClock", "Checkpoint", "EpisodeOutcome", "Grader", "Harness"]
@@ -136,7 +136,11 @@ class Harness(Protocol):
         *,
         checkpoint: Checkpoint | None = None,
         clock: AgentClock | None = None,
+        shell: ShellSession | None = None,
+        continued: bool = False,
     ) -> EpisodeOutcome:
         """``clock`` times the agent (the runner passes the one its backstop uses);
-        None: a fresh :class:`AgentClock` with the default per-call budget."""
+        None: a fresh :class:`AgentClock` with the default per-call budget. ``shell``: a
+        shell the caller keeps open across calls (a multi-step task's steps), else the
+        harness opens and closes its own; ``continued``: a later step on that shell."""
         ...

@@ -98,6 +98,8 @@ class Terminus2:
         *,
         checkpoint: Checkpoint | None = None,
         clock: AgentClock | None = None,
+        shell: ShellSession | None = None,
+        continued: bool = False,
     ) -> EpisodeOutcome:
         """Run one episode until completion, the turn cap, the deadline or an error.
 
@@ -106,6 +108,12 @@ class Terminus2:
         ``checkpoint`` has the partial trajectory by then. The deadline runs on ``clock``
         (:class:`~rsr_async.harness.base.AgentClock`): a model call's time past the
         clock's per-call budget is not the agent's.
+
+        A multi-step task (:mod:`rsr_async.rsr.steps`) runs each step as one such call, as
+        Harbor runs Terminus 2 once per step: a fresh chat on the same terminal. It passes
+        its ``shell`` (neither opened nor closed here) and, for steps after the first,
+        ``continued``: the first prompt then shows what is new on the terminal since the
+        previous step's last observation (Harbor's ``get_incremental_output``).
         """
         trajectory = Trajectory(task=spec.task.name, harness=self.name, model=model.model_name)
         deadline = self.deadline_for(spec)
@@ -113,20 +121,24 @@ class Terminus2:
         episode: TerminusSession | None = None
         reason: EndReason = "timeout"
         error: str | None = None
+        owned = shell is None
         with clock.deadline(deadline):
-            with phase("shell"):
-                shell = await sandbox.shell()
+            if shell is None:
+                with phase("shell"):
+                    shell = await sandbox.shell()
             try:
                 episode = self.make_session(spec, sandbox, model, shell, trajectory, checkpoint)
                 episode.clock = clock
+                episode.continued = continued
                 await self._loop(episode)
             except EpisodeEnd as end:
                 reason, error = end.reason, end.error
             finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(SHELL_CLOSE_TIMEOUT_S), phase(
-                    "teardown"
-                ):
-                    await shell.close()
+                if owned:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(SHELL_CLOSE_TIMEOUT_S), phase(
+                        "teardown"
+                    ):
+                        await shell.close()
         if reason == "timeout" and error is None:
             error = f"the episode's wall clock ({deadline:g} s) ran out"
             if clock.excused_s:
@@ -224,6 +236,9 @@ class TerminusSession:
         self.clock = AgentClock()
         """The agent's clock (the harness sets the one its deadline runs on): model calls
         run inside :meth:`AgentClock.model_call`."""
+        self.continued = False
+        """A later step of a multi-step task, on the previous step's terminal: the first
+        prompt shows the terminal's new output since then, not a fresh screen."""
 
     # ------------------------------------------------------------ hooks (the seam)
 
@@ -297,7 +312,11 @@ class TerminusSession:
 
     def first_prompt(self) -> str:
         """The task prompt; guidance (if any) goes before it as a private system message."""
-        self.shell.observe(self.config.max_observation_bytes)  # start-up output: the screen shows it
+        if self.continued:  # as Harbor's next run() on the same TmuxSession
+            state = protocol.observe(self.shell, self.config.max_observation_bytes)
+        else:
+            self.shell.observe(self.config.max_observation_bytes)  # start-up output: the screen shows it
+            state = protocol.screen_text(self.shell, self.config.max_observation_bytes)
         if self.spec.guidance is not None:
             guidance = render("guidance", guidance=self.spec.guidance)
             self.context.append({"role": "system", "content": guidance})
@@ -305,7 +324,7 @@ class TerminusSession:
         self.notes.extend(self.first_prompt_notes())
         return protocol.first_prompt(
             self.spec.task.instruction,
-            protocol.screen_text(self.shell, self.config.max_observation_bytes),
+            state,
             default_duration=self.config.default_duration_s,
             max_duration=self.config.max_duration_s,
         )

@@ -114,7 +114,8 @@ def solve_probability(instruction: str, harness: str) -> float:
 
 
 def load_solutions(tasks_dir: str | Path) -> dict[str, str]:
-    """``instruction.md`` text -> sibling ``solution/solve.sh`` for Harbor task dirs.
+    """``instruction.md`` text -> sibling ``solution/solve.sh`` for Harbor task dirs (and
+for each step of a multi-step one, ``steps/<name>/``).
 
     ``tasks_dir`` is a directory (every ``instruction.md`` below it) or a list file naming
     one task directory per line (``run`` writes one: exactly the tasks its loader
@@ -126,7 +127,9 @@ def load_solutions(tasks_dir: str | Path) -> dict[str, str]:
     source = Path(tasks_dir)
     if source.is_file():
         lines = source.read_text(encoding="utf-8").splitlines()
-        instructions = [Path(line.strip()) / "instruction.md" for line in lines if line.strip()]
+        dirs = [Path(line.strip()) for line in lines if line.strip()]
+        # a multi-step task's steps each have their own instruction and solution
+        instructions = [f for d in dirs for f in (d / "instruction.md", *sorted(d.glob("steps/*/instruction.md")))]
     else:
         instructions = sorted(source.rglob("instruction.md"))
     solutions: dict[str, str] = {}

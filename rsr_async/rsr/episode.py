@@ -39,6 +39,7 @@ from ..sandbox.base import Sandbox, SandboxProvider
 from ..sandbox.container import DockerSandbox
 from ..schema import EndReason, EpisodeResult, EpisodeSpec, ImageFiles, Task, Trajectory
 from ..tasks.verifier import Verification, grade
+from .steps import StepDeps, run_steps
 
 __all__ = ["EpisodeRunner", "SnapshotGrader"]
 
@@ -136,6 +137,12 @@ class EpisodeRunner:
 
     async def _run(self, spec: EpisodeSpec, ctx: JobContext) -> EpisodeResult:
         harness = get_harness(spec.harness, self._harness_config, self._deps)
+        if spec.task.steps:  # a multi-step task: its steps in one sandbox (rsr/steps.py)
+            return await run_steps(spec, ctx, StepDeps(
+                pool=self._pool, model=self._model, harness=harness, verifiers=self._verifiers,
+                scripted=self._scripted, stop_agent=self._stop_agent, backstop_s=_BACKSTOP_S,
+                model_call_budget_s=self._model_call_budget_s, stopped_by_agent=_stopped_by_agent,
+                image_files=self._image_files))
         started = time.time()
         agent_time = harness.deadline_for(spec)
         last = Trajectory(task=spec.task.name, harness=spec.harness, model=self._model.model_name)

@@ -150,6 +150,8 @@ class RewriteGraph:
             return []
         if result.trajectory is None or not isinstance(job.spec, EpisodeSpec):
             return []
+        if job.spec.task.steps:  # one runbook per multi-step episode is not defined yet (README)
+            return []
         source = compress_source(
             result.trajectory, observation_bytes=self._config.rsr.observation_bytes_for_planner
         )

@@ -26,7 +26,6 @@ from ..errors import TaskError
 
 __all__ = [
     "HARBOR_TASK_KEYS",
-    "ISSUE_27",
     "KeyRule",
     "check_task_keys",
     "markdown_table",
@@ -46,8 +45,6 @@ class KeyRule(msgspec.Struct, frozen=True, kw_only=True):
     free: bool = False
     """A free-form table (``metadata``, ``env``): its own keys are the task's."""
 
-
-ISSUE_27 = "not supported yet: multi-step tasks (issue 28's steps; the verifier they need is issue 27's)"
 
 _S: Status = "supported"
 _D: Status = "difference"
@@ -121,8 +118,45 @@ HARBOR_TASK_KEYS: dict[str, KeyRule] = {
     "environment.allowed_hosts": _rule(_R, "network allowlists are not supported (no egress control here)"),
     "solution": _rule(_S),
     "solution.env": _rule(_R, "the oracle runs with [environment].env only"),
-    "steps": _rule(_R, ISSUE_27),
-    "multi_step_reward_strategy": _rule(_R, ISSUE_27),
+    "steps": _rule(_D, "run one after another in one sandbox, as Harbor 0.26's MultiStepTrial runs them; "
+                   "each step is a fresh chat on the same terminal; multi-step episodes are not rewritten"),
+    "steps[].name": _rule(_S, "steps/<name>/ holds instruction.md, and optionally tests/, solution/, workdir/"),
+    "steps[].agent": _rule(_S),
+    "steps[].agent.timeout_sec": _rule(_S, "unset: the task's [agent].timeout_sec"),
+    "steps[].agent.user": _rule(_R, "the agent's shell runs as root (the image's default user is not switched)"),
+    "steps[].agent.network_mode": _rule(_R, "per-phase network policies are not supported; use [environment]"),
+    "steps[].agent.allowed_hosts": _rule(_R, "network allowlists are not supported (no egress control here)"),
+    "steps[].verifier": _rule(_S),
+    "steps[].verifier.timeout_sec": _rule(_S, "unset: the task's [verifier].timeout_sec"),
+    "steps[].verifier.env": _rule(_S, "over the task's [verifier].env", free=True),
+    "steps[].verifier.user": _rule(_S, "unset: the task's [verifier].user"),
+    "steps[].verifier.environment_mode": _rule(_S, "unset: the task's mode", values=("shared", "separate")),
+    "steps[].verifier.environment": _rule(_R, "a verifier environment of its own is not supported yet"),
+    "steps[].verifier.collect": _rule(_S, "after the task's hooks"),
+    "steps[].verifier.collect[].command": _rule(_S),
+    "steps[].verifier.collect[].service": _rule(_S, 'only "main"', values=("main",)),
+    "steps[].verifier.collect[].timeout_sec": _rule(_S),
+    "steps[].verifier.collect[].user": _rule(_S),
+    "steps[].verifier.network_mode": _rule(_R, "per-phase network policies are not supported; the verifier has no network"),
+    "steps[].verifier.allowed_hosts": _rule(_R, "network allowlists are not supported (no egress control here)"),
+    "steps[].min_reward": _rule(_S, "a number (the reward key) or a table of key thresholds; below one, or a key "
+                                "missing, and the remaining steps are not run", free=True),
+    "steps[].healthcheck": _rule(_S, "run after the step's setup, before the agent (Docker HEALTHCHECK "
+                                 "semantics); failing, the step is not graded and no later step runs"),
+    "steps[].healthcheck.command": _rule(_S),
+    "steps[].healthcheck.interval_sec": _rule(_S),
+    "steps[].healthcheck.timeout_sec": _rule(_S),
+    "steps[].healthcheck.start_period_sec": _rule(_S),
+    "steps[].healthcheck.start_interval_sec": _rule(_S),
+    "steps[].healthcheck.retries": _rule(_S),
+    "steps[].artifacts": _rule(_S, "after the task's artifacts, for a separate verifier"),
+    "steps[].artifacts[].source": _rule(_S, "an absolute path without '..'"),
+    "steps[].artifacts[].destination": _rule(_D, "names Harbor's copy on the host; no host copy is kept here"),
+    "steps[].artifacts[].exclude": _rule(_R, "excluding parts of an artifact is not supported yet"),
+    "steps[].artifacts[].service": _rule(_S, 'only "main"', values=("main",)),
+    "multi_step_reward_strategy": _rule(_S, '"mean" (default: per-key mean over the graded steps, a missing key '
+                                        'counting 0) or "final" (the last run step\'s rewards)',
+                                        values=("mean", "final")),
     "artifacts": _rule(_S, "copied from the agent's sandbox into a separate verifier's (with /logs/artifacts)"),
     "artifacts[].source": _rule(_S, "an absolute path without '..'"),
     "artifacts[].destination": _rule(_D, "names Harbor's copy on the host; no host copy is kept here"),
@@ -167,6 +201,8 @@ def check_task_keys(data: Mapping[str, Any], *, task: str, path: Path) -> None:
                 raise bad(key, "not a Harbor 0.26 task key (Harbor ignores it, so it would do "
                           "nothing there either); remove or correct it")
             row, rule = found
+            if rule.status == "refused" and row == key and value in ([], {}):
+                continue  # an empty list or table asks for nothing (mcp_servers = [])
             if rule.status == "refused":
                 raise bad(key, f"refused: {rule.note}" if row == key else f"refused with [{row}]: {rule.note}")
             if rule.free and row != key:

@@ -14,10 +14,12 @@ one :attr:`Task.qualified_name`. As Harbor does, leading canary lines (``<!-- ..
 ... -->``, ``# ... canary ...``) are cut from the instruction: they mark data provenance
 and are not for the agent.
 
-Multi-step Harbor tasks (``[[steps]]``) are refused by name: their per-step instructions,
-setup, tests and reward strategy are not run yet, and loading one as a single-step task
-would grade the wrong thing. A legacy task's ``parser_name`` must be one terminal-bench
-ships (:data:`~rsr_async.tasks.parsers.PARSERS`).
+Multi-step Harbor 0.26 tasks (``[[steps]]``) load into :attr:`Task.steps`: each step's
+``steps/<name>/instruction.md``, its ``tests/`` (over the task's), ``solution/``,
+``workdir/`` (with ``setup.sh``), timeouts, verifier settings and ``min_reward``, each
+resolved against the task's as Harbor resolves them; the task-level ``instruction.md``
+is then not read (Harbor ignores it too). A legacy task's ``parser_name`` must be one
+terminal-bench ships (:data:`~rsr_async.tasks.parsers.PARSERS`).
 
 Both become the same record. Domain labels (category, tags, difficulty) come from
 Harbor's free-form ``[metadata]`` table or the legacy YAML's top-level keys; anything
@@ -44,6 +46,7 @@ import math
 import os
 import re
 import tomllib
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -53,7 +56,7 @@ import yaml
 
 from ..errors import TaskError
 from ..sandbox.compose import COMPOSE_FILE, plain_client_environment, task_compose
-from ..schema import CollectHook, Task
+from ..schema import CollectHook, StepHealthcheck, Task, TaskStep
 from .harbor_keys import check_task_keys
 from .parsers import PARSERS
 
@@ -336,19 +339,128 @@ def _harbor_name(fields: _Fields, dir_name: str) -> tuple[str, str]:
     return name, name
 
 
-def _refuse_steps(data: Mapping[str, Any], name: str, config_file: Path) -> None:
-    steps = data.get("steps")
-    if not steps:
-        return
-    names = [str(s.get("name", "?")) for s in steps if isinstance(s, Mapping)] if isinstance(steps, list) else []
-    listed = f" ({', '.join(names)})" if names else ""
-    raise TaskError(
-        f"multi-step task: task.toml declares [[steps]]{listed}; multi-step tasks are not "
-        "supported yet (only single-instruction tasks run here), so it is not loaded",
-        task=name,
-        path=str(config_file),
-    )
+_STEP_NAME_BAD = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
+_WINDOWS_DEVICE = re.compile(r"^(CON|PRN|AUX|NUL|CONIN\$|CONOUT\$|(?:COM|LPT)[1-9\u00b9\u00b2\u00b3])$", re.IGNORECASE)
 
+
+def _step_name(raw: object, where: str, task: str, config_file: Path) -> str:
+    """Harbor 0.26's rule for a step name (``models/task/step_name.py``): one portable
+    directory name."""
+    name = raw if isinstance(raw, str) else ""
+    if (
+        not name.strip()
+        or name in {".", ".."}
+        or name.endswith((".", " "))
+        or _STEP_NAME_BAD.search(name)
+        or _WINDOWS_DEVICE.fullmatch(name.partition(".")[0].rstrip(" "))
+        or len(name.encode()) > 255
+    ):
+        raise TaskError(
+            f"{where}.name: {raw!r} is not a step name (a non-empty portable directory name: no "
+            "path separators, control or Windows-reserved characters, no trailing dot or space, "
+            "at most 255 bytes)",
+            task=task, path=str(config_file),
+        )
+    return name
+
+
+def _min_reward(raw: object, where: str, task: str, config_file: Path) -> dict[str, float] | None:
+    if raw is None:
+        return None
+    if isinstance(raw, Mapping):
+        items = list(raw.items())
+    else:
+        items = [("reward", raw)]
+    out: dict[str, float] = {}
+    for key, value in items:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise TaskError(f"{where}.min_reward: expected a number or a table of numbers, got {raw!r}",
+                            task=task, path=str(config_file))
+        out[str(key)] = float(value)
+    return out
+
+
+def _steps(
+    data: Mapping[str, Any], path: Path, task: str, config_file: Path, base: dict[str, Any]
+) -> tuple[TaskStep, ...]:
+    """Harbor 0.26's ``[[steps]]``: each step's instruction, tests, solution, setup files,
+    timeouts, verifier settings and ``min_reward``, resolved against the task's (``base``:
+    the task-level values) as Harbor's ``MultiStepTrial`` resolves them."""
+    raw_steps = data.get("steps")
+    if raw_steps is None:
+        return ()
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise TaskError(f"steps: expected a non-empty array of tables ([[steps]]), got {raw_steps!r}",
+                        task=task, path=str(config_file))
+    steps: list[TaskStep] = []
+    seen: dict[str, str] = {}
+    for index, raw in enumerate(raw_steps):
+        where = f"steps[{index}]"
+        fields = _Fields(raw, where, task, config_file)
+        name = _step_name(fields.table.get("name"), where, task, config_file)
+        key = unicodedata.normalize("NFC", name).casefold()
+        if key in seen:
+            raise TaskError(f"{where}.name: {name!r} repeats step {seen[key]!r} (names must differ, "
+                            "case and Unicode normalisation included)", task=task, path=str(config_file))
+        seen[key] = name
+        step_dir = path / "steps" / name
+        if not step_dir.is_dir():
+            raise TaskError(f"{where}: step {name!r} has no directory steps/{name}/", task=task,
+                            path=str(step_dir))
+        instruction_file = step_dir / "instruction.md"
+        instruction = strip_canary(_read_text(instruction_file, task, limit=MAX_INSTRUCTION_BYTES)).strip()
+        if not instruction:
+            raise TaskError(f"steps/{name}/instruction.md is empty", task=task, path=str(instruction_file))
+        tests = step_dir / "tests"
+        if not (tests / "test.sh").is_file() and not (path / "tests" / "test.sh").is_file():
+            raise TaskError(f"step {name!r} has no test script: expected steps/{name}/tests/test.sh or "
+                            "tests/test.sh", task=task, path=str(tests / "test.sh"))
+        solve = step_dir / "solution" / "solve.sh"
+        if (step_dir / "solution").is_dir() and not solve.is_file():
+            raise TaskError(f"steps/{name}/solution/ has no solve.sh (Harbor's oracle fails on it)",
+                            task=task, path=str(solve))
+        agent = _Fields(fields.table.get("agent"), f"{where}.agent", task, config_file)
+        verifier = _Fields(fields.table.get("verifier"), f"{where}.verifier", task, config_file)
+        separate = _separate_verifier({"artifacts": fields.table.get("artifacts")}, verifier, task, config_file)
+        mode = verifier.string("environment_mode") or base["verifier_mode"]
+        workdir = step_dir / "workdir"
+        healthcheck = None
+        if fields.table.get("healthcheck") is not None:
+            check = _Fields(fields.table.get("healthcheck"), f"{where}.healthcheck", task, config_file)
+            command = check.string("command")
+            if not command:
+                raise check._bad("command", "a non-empty command", command)
+            retries = check.table.get("retries", 3)
+            if isinstance(retries, bool) or not isinstance(retries, int) or not 1 <= retries <= 1000:
+                raise check._bad("retries", "an integer from 1 to 1000", retries)
+            healthcheck = StepHealthcheck(
+                command=command,
+                interval_s=check.number("interval_sec", 5.0) or 5.0,
+                timeout_s=check.number("timeout_sec", 30.0) or 30.0,
+                # 0 (Harbor's default) is allowed here, unlike other durations
+                start_period_s=(check.number("start_period_sec", None) or 0.0)
+                if check.table.get("start_period_sec") else 0.0,
+                start_interval_s=check.number("start_interval_sec", 5.0) or 5.0,
+                retries=retries,
+            )
+        steps.append(TaskStep(
+            name=name,
+            instruction=instruction,
+            tests_dir=str(tests) if tests.is_dir() else None,
+            solution_path=str(solve) if solve.is_file() else base["solution_path"],
+            workdir_dir=str(workdir) if workdir.is_dir() else None,
+            agent_timeout_s=agent.number("timeout_sec", base["agent_timeout_s"]) or base["agent_timeout_s"],
+            verifier_timeout_s=verifier.number("timeout_sec", base["verifier_timeout_s"])
+            or base["verifier_timeout_s"],
+            verifier_env={**base["verifier_env"], **verifier.str_map("env")},
+            verifier_user=verifier.string("user") or base["verifier_user"],
+            verifier_mode="separate" if mode == "separate" else "shared",
+            verifier_collect=(*base["verifier_collect"], *separate["verifier_collect"]),
+            artifacts=tuple(dict.fromkeys((*base["artifacts"], *separate["artifacts"]))),
+            healthcheck=healthcheck,
+            min_reward=_min_reward(fields.table.get("min_reward"), where, task, config_file),
+        ))
+    return tuple(steps)
 
 
 def _separate_verifier(
@@ -417,22 +529,23 @@ def _load_harbor(path: Path) -> Task:
 
     task_table = _Fields(data.get("task"), "task", dir_name, config_file)
     name, qualified_name = _harbor_name(task_table, dir_name)
-    _refuse_steps(data, name, config_file)
     check_task_keys(data, task=name, path=config_file)
     meta = _Fields(data.get("metadata"), "metadata", name, config_file)
     verifier = _Fields(data.get("verifier"), "verifier", name, config_file)
     agent = _Fields(data.get("agent"), "agent", name, config_file)
     environment = _Fields(data.get("environment"), "environment", name, config_file)
 
-    instruction = strip_canary(_read_text(path / "instruction.md", name, limit=MAX_INSTRUCTION_BYTES)).strip()
-    if not instruction:
-        raise TaskError("instruction.md is empty", task=name, path=str(path / "instruction.md"))
-
+    multi_step = bool(data.get("steps"))
     tests_dir = path / "tests"
-    if not (tests_dir / "test.sh").is_file():
-        raise TaskError(
-            "missing tests/test.sh (the verifier script)", task=name, path=str(tests_dir / "test.sh")
-        )
+    instruction = ""
+    if not multi_step:  # a multi-step task's instructions and tests are its steps' (below)
+        instruction = strip_canary(_read_text(path / "instruction.md", name, limit=MAX_INSTRUCTION_BYTES)).strip()
+        if not instruction:
+            raise TaskError("instruction.md is empty", task=name, path=str(path / "instruction.md"))
+        if not (tests_dir / "test.sh").is_file():
+            raise TaskError(
+                "missing tests/test.sh (the verifier script)", task=name, path=str(tests_dir / "test.sh")
+            )
 
     docker_image = environment.string("docker_image") or None
     env_dir = path / "environment"
@@ -459,6 +572,18 @@ def _load_harbor(path: Path) -> Task:
     if "source" in data:
         metadata["source"] = str(data["source"])
 
+    agent_timeout_s = agent.number("timeout_sec", HARBOR_AGENT_TIMEOUT_S) or HARBOR_AGENT_TIMEOUT_S
+    verifier_timeout_s = verifier.number("timeout_sec", HARBOR_VERIFIER_TIMEOUT_S) or HARBOR_VERIFIER_TIMEOUT_S
+    separate = _separate_verifier(data, verifier, name, config_file)
+    solution_path = str(solution) if solution.is_file() else None
+    steps = _steps(data, path, name, config_file, {
+        "agent_timeout_s": agent_timeout_s, "verifier_timeout_s": verifier_timeout_s,
+        "verifier_env": verifier.str_map("env"), "verifier_user": verifier.string("user"),
+        "solution_path": solution_path, **separate,
+    })
+    if steps:
+        instruction = steps[0].instruction
+    strategy = data.get("multi_step_reward_strategy") or "mean"  # harbor_keys checked its value
     task = Task(
         name=name,
         qualified_name=qualified_name,
@@ -469,9 +594,8 @@ def _load_harbor(path: Path) -> Task:
         tags=meta.tags(),
         difficulty=meta.string("difficulty", "") or "",
         metadata=metadata,
-        agent_timeout_s=agent.number("timeout_sec", HARBOR_AGENT_TIMEOUT_S) or HARBOR_AGENT_TIMEOUT_S,
-        verifier_timeout_s=verifier.number("timeout_sec", HARBOR_VERIFIER_TIMEOUT_S)
-        or HARBOR_VERIFIER_TIMEOUT_S,
+        agent_timeout_s=agent_timeout_s,
+        verifier_timeout_s=verifier_timeout_s,
         build_timeout_s=environment.number("build_timeout_sec", HARBOR_BUILD_TIMEOUT_S)
         or HARBOR_BUILD_TIMEOUT_S,
         docker_image=docker_image,
@@ -484,10 +608,12 @@ def _load_harbor(path: Path) -> Task:
         env=environment.str_map("env"),
         verifier_env=verifier.str_map("env"),
         verifier_user=verifier.string("user"),
-        **_separate_verifier(data, verifier, name, config_file),
+        **separate,
         tests_dir=str(tests_dir),
         test_script="test.sh",
-        solution_path=str(solution) if solution.is_file() else None,
+        solution_path=solution_path,
+        steps=steps,
+        multi_step_reward="final" if strategy == "final" else "mean",
     )
     return _with_compose(task)
 

@@ -22,7 +22,8 @@ import msgspec
 from ..errors import InfraError, SandboxError, TaskError
 from ..sandbox.base import ExecResult, Sandbox
 from ..schema import Task
-from .verifier import Verification, try_grade
+from .steps import grade_steps
+from .verifier import Verification, VerificationError, try_grade
 
 __all__ = ["SandboxProvider", "ValidationRow", "run_oracle", "validate", "validate_task"]
 
@@ -139,6 +140,16 @@ async def _in_sandbox(
 async def _oracle_check(pool: SandboxProvider, task: Task, row: ValidationRow) -> None:
     async def work(sandbox: Sandbox) -> tuple[ExecResult, Verification]:
         key = f"validate/{task.name}/oracle"
+        if task.steps:  # each step's solution, then its tests, as Harbor's oracle runs them
+            ran: list[ExecResult] = []
+
+            async def solve(step: Task) -> str:
+                ran.append(await run_oracle(sandbox, step))
+                return f"$ solve.sh (exit {ran[-1].exit_code})\n{ran[-1].output}\n$ tests\n"
+
+            verdict = await _try(grade_steps(sandbox, task, pool=pool, key=key, act=solve))
+            worst = next((r for r in ran if r.timed_out), ran[-1] if ran else ExecResult(exit_code=0, output=""))
+            return worst, verdict
         return await run_oracle(sandbox, task), await try_grade(sandbox, task, pool=pool, key=key)
 
     try:
@@ -158,6 +169,8 @@ async def _oracle_check(pool: SandboxProvider, task: Task, row: ValidationRow) -
 
 async def _nop_check(pool: SandboxProvider, task: Task, row: ValidationRow) -> None:
     async def work(sandbox: Sandbox) -> Verification:
+        if task.steps:
+            return await _try(grade_steps(sandbox, task, pool=pool, key=f"validate/{task.name}/nop"))
         return await try_grade(sandbox, task, pool=pool, key=f"validate/{task.name}/nop")
 
     try:
@@ -173,6 +186,15 @@ async def _nop_check(pool: SandboxProvider, task: Task, row: ValidationRow) -> N
         row.problems.append("untouched: the environment passes without any work")
 
 
+async def _try(grading: Awaitable[Verification]) -> Verification:
+    """``grading``, a verifier error becoming ``Verification(reward=None, error=...)`` (as
+    :func:`try_grade`)."""
+    try:
+        return await grading
+    except VerificationError as exc:
+        return Verification(reward=None, output=exc.output, logs=exc.logs, error=str(exc), exit_code=exc.exit_code)
+
+
 def _record(row: ValidationRow, which: str, verdict: Verification) -> None:
     if which == "oracle":
         row.oracle_reward, row.oracle_rewards = verdict.reward, verdict.rewards
@@ -184,9 +206,14 @@ async def validate_task(task: Task, pool: SandboxProvider) -> ValidationRow:
     """Build the task's image, then run the oracle and untouched checks side by side."""
     row = ValidationRow(name=task.name, category=task.category, difficulty=task.difficulty)
     started = time.monotonic()
-    if not task.solution_path:
+    unsolved = [s.name for s in task.steps if not s.solution_path]
+    if not task.solution_path and not task.steps:
         row.oracle_skipped = True
         row.notes.append("solution check skipped: no reference solution (solution/solve.sh or solution.sh)")
+    elif unsolved:
+        row.oracle_skipped = True
+        row.notes.append(f"solution check skipped: steps {', '.join(unsolved)} have no reference solution "
+                         "(steps/<name>/solution/solve.sh or solution/solve.sh)")
     try:
         with anyio.fail_after(task.build_timeout_s + _SLACK_S):
             await pool.ensure_image(task)

@@ -437,3 +437,32 @@ def test_registry() -> None:
         get_harness("rsrt", config)  # RSRT is handed its grader, never reaches for one
     with pytest.raises(ConfigError, match="unknown harness 'nope'"):
         get_harness("nope", config)
+
+
+# ---------------------------------------------------------------- a multi-step task's steps
+
+
+async def test_a_later_step_is_a_fresh_chat_on_the_same_terminal() -> None:
+    """As Harbor runs Terminus 2 once per step of a multi-step task: the caller's shell is
+    neither opened nor closed by the harness, and a ``continued`` step's first prompt shows
+    what is new on that terminal (Harbor's get_incremental_output), not a fresh screen."""
+    sandbox = FakeShellSandbox(FakeShell())
+    shell = await sandbox.shell()
+    harness = Terminus2(HarnessConfig())
+    first = ReplayModel([act("echo one\n"), act(done=True), act(done=True)])
+    await harness.run(spec(), sandbox, first, shell=shell)
+    assert shell.alive  # left open for the next step
+    await shell.send("echo from-the-background\n")  # output arriving between the steps
+    await shell.wait(0.1)
+    second = ReplayModel([act(done=True), act(done=True)])
+    outcome = await harness.run(spec(), sandbox, second, shell=shell, continued=True)
+    assert outcome.end_reason == "completed" and sandbox.shells == [shell]
+    opening = second.calls[0].messages
+    assert len(opening) == 1  # a fresh chat: nothing of the first step's
+    state = opening[0]["content"].split("Current terminal state:\n", 1)[1]
+    assert state.startswith("New Terminal Output:\n") and "from-the-background" in state
+    assert "echo one" not in state  # what the first step already saw is not repeated
+    # Without `continued`, the same terminal shows as a fresh screen (a first step).
+    third = ReplayModel([act(done=True), act(done=True)])
+    await harness.run(spec(), sandbox, third, shell=shell)
+    assert "Current terminal state:\nCurrent Terminal Screen:\n" in third.calls[0].messages[0]["content"]

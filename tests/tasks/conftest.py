@@ -14,7 +14,7 @@ from rsr_async.sandbox import SandboxPool
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # The fixtures hold task test files (tests/test_outputs.py) meant for containers, not for us.
-collect_ignore_glob = ["fixtures/*"]
+collect_ignore_glob = ["fixtures/*", "thirdparty/*"]
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ def test_broken_tasks_are_reported_and_the_rest_loads(fixtures: Path) -> None:
     data = load_dataset([fixtures])
     assert [t.name for t in data.tasks] == [
         "full-harbor", "legacy-descriptions", "legacy-hello", "legacy-swebench", "minimal-harbor",
-        "org-named",
+        "org-named", "two-steps",
     ]
     assert sorted(e.task or "" for e in data.errors) == [
         "bad-field", "bad-org-name", "bad-toml", "bad-yaml", "legacy-bad-parser", "legacy-no-run-tests",
-        "no-instruction", "no-tests", "two-steps",
+        "no-instruction", "no-tests",
     ]
     assert all(e.path and Path(e.path).exists() or "missing" in str(e) for e in data.errors)
 
@@ -82,7 +82,10 @@ def test_bundled_suite_meets_the_brief() -> None:
     shapes: set[str] = set()
     for task in tasks:
         root = Path(task.path)
-        assert task.solution_path
+        solutions = [s.solution_path for s in task.steps] or [task.solution_path]
+        assert all(solutions), task.name
+        if task.steps:
+            shapes.add("harbor multi-step")
         spec = task_compose(task)
         if task.format == "terminal-bench":
             # terminal-bench's own client/server shape, with a healthcheck to wait on
@@ -100,19 +103,22 @@ def test_bundled_suite_meets_the_brief() -> None:
             assert "RUN apt" not in "\n".join(dockerfile) and "pip install" not in "\n".join(dockerfile)
         test_sh = root / "tests/test.sh"
         partial += test_sh.is_file() and "PARTIAL = True" in test_sh.read_text()  # reward.json
-        shebang, _, solution = Path(task.solution_path).read_text().partition("\n")
-        assert shebang == "#!/bin/bash"
-        # solve.sh is also typed into an interactive shell by the scripted stand-in model
-        assert "\t" not in solution and "\nexit" not in solution and "set -e" not in solution
-        assert "!" not in solution or solution.startswith("set +H\n")
-        # the instruction must not hand over the solution's commands (quoting the command
-        # that shows the problem, in backticks, is fine)
-        quoted = " ".join(re.findall(r"`([^`]+)`", task.instruction))
-        for line in solution.splitlines():
-            if len(line.strip()) > 30 and line.strip() not in quoted:
-                assert line.strip() not in task.instruction, (task.name, line)
+        instructions = [s.instruction for s in task.steps] or [task.instruction]
+        for solution_path, instruction in zip(solutions, instructions, strict=True):
+            assert solution_path is not None
+            shebang, _, solution = Path(solution_path).read_text().partition("\n")
+            assert shebang == "#!/bin/bash"
+            # solve.sh is also typed into an interactive shell by the scripted stand-in model
+            assert "\t" not in solution and "\nexit" not in solution and "set -e" not in solution
+            assert "!" not in solution or solution.startswith("set +H\n")
+            # the instruction must not hand over the solution's commands (quoting the command
+            # that shows the problem, in backticks, is fine)
+            quoted = " ".join(re.findall(r"`([^`]+)`", instruction))
+            for line in solution.splitlines():
+                if len(line.strip()) > 30 and line.strip() not in quoted:
+                    assert line.strip() not in instruction, (task.name, line)
     assert partial >= 5
-    assert shapes == {"terminal-bench client/server", "harbor base compose"}
+    assert shapes == {"terminal-bench client/server", "harbor base compose", "harbor multi-step"}
 
 
 def test_loading_is_fast() -> None:

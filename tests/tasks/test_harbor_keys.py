@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rsr_async.errors import TaskError
-from rsr_async.tasks.harbor_keys import HARBOR_TASK_KEYS, ISSUE_27, _lookup, markdown_table
+from rsr_async.tasks.harbor_keys import HARBOR_TASK_KEYS, _lookup, markdown_table
 from rsr_async.tasks.loader import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,12 +32,13 @@ def test_every_rule_names_a_harbor_key_or_alias() -> None:
     assert sorted(set(HARBOR_TASK_KEYS) - known) == []
 
 
-def test_the_verifier_keys_are_honoured_and_steps_still_wait() -> None:
+def test_the_verifier_and_step_keys_are_honoured() -> None:
     for key in ("verifier.user", "verifier.environment_mode", "verifier.collect", "artifacts"):
         assert HARBOR_TASK_KEYS[key].status == "supported", key
     assert HARBOR_TASK_KEYS["verifier.environment"].status == "refused"  # a verifier image of its own
-    for key in ("steps", "multi_step_reward_strategy"):
-        assert HARBOR_TASK_KEYS[key].status == "refused" and HARBOR_TASK_KEYS[key].note == ISSUE_27
+    for key in ("steps[].name", "steps[].min_reward", "steps[].verifier.env", "multi_step_reward_strategy"):
+        assert HARBOR_TASK_KEYS[key].status == "supported", key
+    assert HARBOR_TASK_KEYS["steps"].status == "difference"  # not rewritten (README)
 
 
 def task_dir(tmp_path: Path, toml: str) -> Path:

@@ -21,7 +21,7 @@ LOADED = sorted(name for name, row in TASKS.items() if "error" not in row and no
 BARE_NAMES = {"tests/tasks/fixtures/harbor/full-harbor"}
 """Harbor 0.25 requires "org/name"; the bare [task].name of older tasks still loads here."""
 MULTI_STEP = {name for name, row in TASKS.items() if "error" not in row and row["steps"]}
-"""Harbor runs [[steps]]; we refuse them by name (see test_loader)."""
+"""Harbor runs [[steps]]; so do we (their loop: tests/rsr/test_steps_harbor.py)."""
 
 
 def test_recording_is_harbor_0_25_and_covers_the_bundled_suite() -> None:
@@ -30,7 +30,7 @@ def test_recording_is_harbor_0_25_and_covers_the_bundled_suite() -> None:
     bundled = {f"rsr_async/tasks/bundled/{p.name}" for p in Path(BUNDLED_SUITE).iterdir()
                if (p / "task.toml").is_file()}
     assert bundled and bundled <= set(TASKS)
-    assert MULTI_STEP == {"tests/tasks/fixtures/multistep/two-steps"}
+    assert MULTI_STEP == {"tests/tasks/fixtures/multistep/two-steps", "rsr_async/tasks/bundled/log-triage-steps"}
 
 
 def test_every_bundled_task_is_valid_for_harbor_0_25() -> None:
@@ -77,6 +77,13 @@ def test_what_harbor_refuses_we_refuse(rel: str) -> None:
 
 
 @pytest.mark.parametrize("rel", sorted(MULTI_STEP))
-def test_multi_step_tasks_harbor_runs_are_refused_here(rel: str) -> None:
-    with pytest.raises(TaskError, match="multi-step tasks are not supported yet"):
-        load_task(ROOT / rel)
+def test_multi_step_tasks_load_their_steps_as_harbor_does(rel: str) -> None:
+    harbor = TASKS[rel]
+    task = load_task(ROOT / rel)
+    assert [s.name for s in task.steps] == [s["name"] for s in harbor["steps"]]
+    for ours, theirs in zip(task.steps, harbor["steps"], strict=True):
+        assert ours.instruction == theirs["instruction"].strip()
+        # A step without its own agent timeout takes the task's (ours always has one).
+        expected = theirs["agent_timeout_sec"] or harbor["agent_timeout_sec"] or HARBOR_AGENT_TIMEOUT_S
+        assert ours.agent_timeout_s == expected
+    assert harbor["instruction"] == "" and task.instruction == task.steps[0].instruction

@@ -128,14 +128,69 @@ def test_canary_lines_only_at_the_start() -> None:
     assert strip_canary("No canary here.\n") == "No canary here.\n"
 
 
-def test_multi_step_task_is_refused_by_name(fixtures: Path) -> None:
+def test_multi_step_task_loads_its_steps(fixtures: Path) -> None:
     root = fixtures / "multistep/two-steps"
+    task = load_task(root)  # no task-level instruction.md: Harbor does not read one either
+    assert [s.name for s in task.steps] == ["first", "second"]
+    assert task.steps[0].agent_timeout_s == 60.0 and task.steps[1].agent_timeout_s == task.agent_timeout_s
+    assert task.steps[1].tests_dir == str(root / "steps" / "second" / "tests")
+    assert task.multi_step_reward == "mean"
+
+
+def _steps_task(tmp_path: Path, steps_toml: str, dirs: dict[str, str]) -> Path:
+    root = tmp_path / "steps-task"
+    (root / "environment").mkdir(parents=True)
+    (root / "environment" / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n")
+    (root / "task.toml").write_text(steps_toml)
+    for rel, text in dirs.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(("toml", "files", "expected"), [
+    ('[[steps]]\nname = "a"\n', {}, "step 'a' has no directory steps/a/"),
+    ('[[steps]]\nname = "a"\n', {"steps/a/instruction.md": "do"}, "step 'a' has no test script"),
+    ('[[steps]]\nname = "a/b"\n', {}, "steps[0].name: 'a/b' is not a step name"),
+    ('[[steps]]\nname = "a"\n[[steps]]\nname = "A"\n', {"steps/a/instruction.md": "x", "tests/test.sh": "x"},
+     "steps[1].name: 'A' repeats step 'a'"),
+    ('[[steps]]\nname = "a"\nmin_reward = "high"\n', {"steps/a/instruction.md": "x", "tests/test.sh": "x"},
+     "steps[0].min_reward: expected a number"),
+    ('[[steps]]\nname = "a"\n[steps.healthcheck]\ncommand = "true"\nretries = 0\n',
+     {"steps/a/instruction.md": "x", "tests/test.sh": "x"}, "steps[0].healthcheck.retries: expected an integer"),
+    ('[[steps]]\nname = "a"\n[steps.agent]\nuser = "bob"\n', {}, "[steps[].agent.user]: refused"),
+    ('multi_step_reward_strategy = "max"\n[[steps]]\nname = "a"\n', {}, "'max' is not supported"),
+    ('[[steps]]\nname = "a"\n', {"steps/a/instruction.md": "\n", "tests/test.sh": "x"},
+     "steps/a/instruction.md is empty"),
+])
+def test_multi_step_faults_name_the_file_and_field(
+    tmp_path: Path, toml: str, files: dict[str, str], expected: str
+) -> None:
     with pytest.raises(TaskError) as info:
-        load_task(root)
-    message = str(info.value)
-    assert info.value.task == "two-steps" and info.value.path == str(root / "task.toml")
-    assert "multi-step tasks are not supported yet" in message and "(first, second)" in message
-    assert "missing instruction.md" not in message
+        load_task(_steps_task(tmp_path, toml, files))
+    assert expected in str(info.value) and info.value.task == "steps-task"
+
+
+def test_step_settings_resolve_against_the_tasks(tmp_path: Path) -> None:
+    root = _steps_task(tmp_path, (
+        'multi_step_reward_strategy = "final"\n[agent]\ntimeout_sec = 30\n'
+        '[verifier]\ntimeout_sec = 40\nenv = { A = "1", B = "1" }\n'
+        '[[steps]]\nname = "a"\nmin_reward = 0.5\n[steps.verifier]\nenv = { B = "2" }\nuser = "nobody"\n'
+        '[[steps]]\nname = "b"\nmin_reward = { reward = 1, style = 0.5 }\n[steps.agent]\ntimeout_sec = 5\n'),
+        {"steps/a/instruction.md": "<!-- canary x -->\nfirst", "steps/a/tests/test.sh": "x",
+         "steps/a/solution/solve.sh": "x", "steps/a/workdir/setup.sh": "x",
+         "steps/b/instruction.md": "second", "tests/test.sh": "x", "solution/solve.sh": "x"})
+    task = load_task(root)
+    a, b = task.steps
+    assert task.multi_step_reward == "final" and task.instruction == "first"
+    assert (a.agent_timeout_s, b.agent_timeout_s, a.verifier_timeout_s) == (30.0, 5.0, 40.0)
+    assert a.verifier_env == {"A": "1", "B": "2"} and b.verifier_env == {"A": "1", "B": "1"}
+    assert (a.verifier_user, b.verifier_user) == ("nobody", None)
+    assert a.min_reward == {"reward": 0.5} and b.min_reward == {"reward": 1.0, "style": 0.5}
+    assert a.solution_path == str(root / "steps/a/solution/solve.sh")
+    assert b.solution_path == str(root / "solution/solve.sh")  # Harbor's oracle falls back to it
+    assert a.workdir_dir == str(root / "steps/a/workdir") and b.workdir_dir is None
+    assert a.tests_dir == str(root / "steps/a/tests") and b.tests_dir is None
 
 
 def test_legacy_parser_name(fixtures: Path) -> None:

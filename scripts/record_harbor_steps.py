@@ -1,0 +1,245 @@
+"""Record how Harbor 0.26.0 runs a multi-step task (``[[steps]]``).
+
+Runs on demand, not in CI: Harbor needs Python >= 3.12.
+
+    python3.12 -m venv /tmp/harbor026 && /tmp/harbor026/bin/pip install harbor==0.26.0
+    /tmp/harbor026/bin/python scripts/record_harbor_steps.py
+
+Harbor's own code runs every trial: ``Job.create(JobConfig(...))`` then ``Job.run()``,
+whose ``MultiStepTrial`` (``harbor/trial/multi_step.py``) runs the steps in order in one
+environment: each step's ``workdir/`` upload and ``setup.sh``, the agent on the step's
+instruction, the step's verifier (the task's ``tests/`` with the step's over them), the
+``min_reward`` gate, and the trial's reward by ``multi_step_reward_strategy``. Docker is
+not needed: a host directory plays the container (:class:`HostDirEnvironment`; container
+paths are mapped under it, and the tasks' scripts read ``$ROOT``, empty in a container),
+and :class:`PlannedAgent` runs what its plan says for the step it is given, recording
+each instruction it receives.
+
+The tasks are ``tests/tasks/harbor_steps/<task>/``. Output, replaced on every run:
+``tests/tasks/harbor_steps/expected.json``: per (task, plan) the instructions the agent
+got, in order, each step's rewards and exception, and the trial's rewards.
+``tests/rsr/test_steps_harbor.py`` replays each plan through our episode runner (the
+Terminus 2 harness typing the plan, in real Docker sandboxes) and compares (a crashed
+step's verifier is the one deliberate difference: a permanent error here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
+os.environ["HARBOR_TELEMETRY"] = "0"
+
+from harbor.agents.base import BaseAgent  # noqa: E402
+from harbor.environments.base import BaseEnvironment, ExecResult  # noqa: E402
+from harbor.job import Job  # noqa: E402
+from harbor.models.agent.context import AgentContext  # noqa: E402
+from harbor.models.job.config import DatasetConfig, JobConfig  # noqa: E402
+from harbor.models.trial.config import AgentConfig, EnvironmentConfig  # noqa: E402
+from harbor.models.trial.result import TrialResult  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TASKS = REPO / "tests" / "tasks" / "harbor_steps"
+WORK = Path("/tmp/harbor-record-steps")
+MODULE = "record_harbor_steps"
+WORKDIR = "/app"
+"""The containers' working directory (the tasks' Dockerfiles say ``WORKDIR /app``)."""
+
+# What the agent types at each step, per plan (container paths). Step names are unique
+# across the tasks, so one plan covers both.
+STALL = "#stall"
+"""Not a command: the agent keeps working (never ends its turn) until its timeout."""
+RIGHT = {
+    "create": ["mkdir -p /app/data", "echo alpha > /app/data/a.txt"],
+    "extend": ["cp /app/seeded /app/data/b.txt"],
+    "finish": ["echo gamma > /app/data/c.txt", "echo 'wrote c.txt' > /app/data/notes.md"],
+    "one": ["echo 1 > /app/one.txt"],
+    "two": ["echo 2 > /app/two.txt"],
+}
+PLANS: dict[str, dict[str, list[str]]] = {
+    "all": RIGHT,
+    # The gated step fails: the last step of steps-gated never runs.
+    "second-wrong": {**RIGHT, "extend": ["echo wrong > /app/data/b.txt"], "two": ["echo 3 > /app/two.txt"]},
+    # An ungated first step fails: the rest still run; the last leaves no notes (style 0).
+    "first-wrong": {**RIGHT, "create": ["mkdir -p /app/data", "echo omega > /app/data/a.txt"],
+                    "finish": ["echo gamma > /app/data/c.txt"], "one": ["echo 0 > /app/one.txt"]},
+    # Nothing done: steps-gated's second setup.sh fails (no /app/data), ending the trial.
+    "nothing": {name: [] for name in RIGHT},
+    # The second step's verifier writes no reward: Harbor ends the trial and scores the
+    # steps before it (steps-gated: 1.0 from its first step alone; steps-final: none).
+    "verifier-crash": {**RIGHT, "extend": ["echo crash > /app/data/b.txt"], "two": ["echo crash > /app/two.txt"]},
+    # The agent does the first step of steps-final, then never finishes: the step's 10 s
+    # agent timeout ends its turn; Harbor still grades the step and runs the next.
+    "agent-timeout": {**RIGHT, "one": [*RIGHT["one"], STALL]},
+}
+
+
+def step_instructions() -> dict[str, str]:
+    """Each step's instruction text (stripped) → the step's name."""
+    return {
+        (step / "instruction.md").read_text().strip(): step.name
+        for step in sorted(TASKS.glob("*/steps/*")) if (step / "instruction.md").is_file()
+    }
+
+
+class HostDirEnvironment(BaseEnvironment):
+    """A host directory in place of the container; ``exec`` runs bash there with the
+    container paths rewritten under it (``ROOT`` names the directory)."""
+
+    _PATHS = re.compile(r"(?<![\w.$/-])/(?=(?:logs|tests|solution|app)(?:/|\b))")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._root = WORK / "sandboxes" / self.session_id
+
+    @staticmethod
+    def type() -> str:
+        return "host-dir"
+
+    def _validate_definition(self) -> None:
+        pass
+
+    def _host(self, path: str) -> Path:
+        return self._root / path.lstrip("/")
+
+    async def start(self, force_build: bool) -> None:
+        for sub in ("app", "logs/agent", "logs/verifier", "logs/artifacts", "tests"):
+            (self._root / sub).mkdir(parents=True, exist_ok=True)
+
+    async def stop(self, delete: bool) -> None:
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        target = self._host(target_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source_path, target)
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        shutil.copytree(source_dir, self._host(target_dir), dirs_exist_ok=True)
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        Path(target_path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(self._host(source_path), target_path)
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        source = self._host(source_dir)
+        if source.is_dir():
+            shutil.copytree(source, target_dir, dirs_exist_ok=True)
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        if command.strip() == "pwd":  # the container's working directory, not the host's
+            return ExecResult(stdout=WORKDIR + "\n", stderr="", return_code=0)
+        command = self._PATHS.sub(str(self._root) + "/", command)
+        where = self._host(cwd or WORKDIR)
+        where.mkdir(parents=True, exist_ok=True)
+        process = await asyncio.create_subprocess_exec(
+            "bash", "-c", command, cwd=where,
+            env={**os.environ, **(env or {}), "ROOT": str(self._root)},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_sec)
+        return ExecResult(stdout=stdout.decode(), stderr=stderr.decode(), return_code=process.returncode or 0)
+
+
+RECEIVED: list[str] = []
+"""Every instruction the agent was given, in order (one trial runs at a time). Harbor
+imports the agent by name (``record_harbor_steps:PlannedAgent``): read it through that
+module (:func:`received`), not ``__main__``."""
+
+
+def received() -> list[str]:
+    import record_harbor_steps  # the module Harbor imported the agent from
+
+    return record_harbor_steps.RECEIVED
+
+
+class PlannedAgent(BaseAgent):
+    """Runs, for the step whose instruction it is given, what the plan says."""
+
+    @staticmethod
+    def name() -> str:
+        return "planned"
+
+    def version(self) -> str:
+        return "1.0.0"
+
+    async def setup(self, environment: BaseEnvironment) -> None:
+        return
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        RECEIVED.append(instruction)
+        step = step_instructions()[instruction.strip()]
+        for command in PLANS[os.environ["RSR_RECORD_PLAN"]][step]:
+            if command == STALL:
+                await asyncio.sleep(3600)  # Harbor's step timeout cancels it
+            result = await environment.exec(command)
+            assert result.return_code == 0, (command, result.stderr)
+
+
+async def run_plan(plan: str) -> dict[str, dict[str, Any]]:
+    os.environ["RSR_RECORD_PLAN"] = plan
+    out: dict[str, dict[str, Any]] = {}
+    for task in sorted(p for p in TASKS.iterdir() if (p / "task.toml").is_file()):
+        received().clear()
+        config = JobConfig(
+            job_name=f"steps-{plan}-{task.name}",
+            jobs_dir=WORK / "jobs",
+            n_attempts=1,
+            n_concurrent_trials=1,
+            quiet=True,
+            skip_credential_checks=True,
+            agents=[AgentConfig(import_path=f"{MODULE}:PlannedAgent")],
+            datasets=[DatasetConfig(path=TASKS, task_names=[task.name])],
+            environment=EnvironmentConfig(import_path=f"{MODULE}:HostDirEnvironment"),
+        )
+        job = await Job.create(config)
+        await job.run()
+        results = sorted((WORK / "jobs" / config.job_name).glob("*/result.json"))
+        assert len(results) == 1, results
+        result = TrialResult.model_validate_json(results[0].read_text())
+        steps = [
+            {
+                "name": step.step_name,
+                "rewards": step.verifier_result.rewards if step.verifier_result else None,
+                "exception": step.exception_info.exception_type if step.exception_info else None,
+            }
+            for step in result.step_results or []
+        ]
+        out[task.name] = {
+            "instructions": list(received()),
+            "steps": steps,
+            "rewards": result.verifier_result.rewards if result.verifier_result else None,
+            "exception": result.exception_info.exception_type if result.exception_info else None,
+        }
+    return out
+
+
+def main() -> int:
+    shutil.rmtree(WORK, ignore_errors=True)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    recorded: dict[str, Any] = {"harbor": version("harbor"), "plans": PLANS, "trials": {}}
+    for plan in PLANS:
+        for task, outcome in asyncio.run(run_plan(plan)).items():
+            recorded["trials"].setdefault(task, {})[plan] = outcome
+    (TASKS / "expected.json").write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(recorded["trials"], indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import shlex
 import tomllib
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,10 +34,8 @@ from .terminus2 import Terminus2, TerminusSession
 
 if TYPE_CHECKING:
     from ..config import HarnessConfig
-    from ..llm.base import ChatModel
-    from ..sandbox.base import Sandbox, ShellSession
-    from ..schema import Command, EpisodeSpec, Trajectory
-    from .base import Checkpoint
+    from ..sandbox.base import Sandbox
+    from ..schema import Command
 
 __all__ = ["DEFAULT_WORKFLOW", "Check", "State", "StateMachine", "Statem", "Workflow", "load_workflow"]
 
@@ -196,7 +195,12 @@ def is_statem_line(keystrokes: str) -> bool:
 class StatemSession(TerminusSession):
     """A Terminus session with a workflow state machine behind ``statem`` commands."""
 
-    machine: StateMachine
+    harness: Statem
+
+    @cached_property
+    def machine(self) -> StateMachine:
+        """This episode's state machine, on the harness's workflow."""
+        return StateMachine(self.harness.workflow)
 
     def first_prompt_notes(self) -> list[str]:
         state = self.machine.workflow.states[self.machine.state]
@@ -219,20 +223,8 @@ class Statem(Terminus2):
     """The StateM harness, driving ``workflow`` (the default software workflow if None)."""
 
     name = "statem"
+    session_class = StatemSession
 
     def __init__(self, config: HarnessConfig, *, workflow: Workflow | None = None) -> None:
         super().__init__(config)
         self.workflow = workflow if workflow is not None else load_workflow()
-
-    def make_session(
-        self,
-        spec: EpisodeSpec,
-        sandbox: Sandbox,
-        model: ChatModel,
-        shell: ShellSession,
-        trajectory: Trajectory,
-        checkpoint: Checkpoint | None,
-    ) -> TerminusSession:
-        session = StatemSession(self.config, spec, model, shell, trajectory, checkpoint, sandbox=sandbox)
-        session.machine = StateMachine(self.workflow)
-        return session

@@ -64,26 +64,21 @@ cdef extern from "rsr_find.h":
                         Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t start) noexcept nogil
     int rsr_simd_level
     int rsr_cpu_level() noexcept nogil
+    # The byte-rarity table both passes share, and the needle bytes it picks.
+    uint8_t rsr_rank[256]
+    void rsr_rank_init() noexcept nogil
+    Py_ssize_t rsr_rarest(const uint8_t* needle, Py_ssize_t m) noexcept nogil
+    void rsr_rare_pair(const uint8_t* needle, Py_ssize_t m, Py_ssize_t* r1,
+                       Py_ssize_t* r2) noexcept nogil
 
 __all__ = ["Judge"]
 
-cdef uint8_t _RANK[256]  # guessed frequency of a byte in terminal text; lower is rarer
+rsr_rank_init()
 
 
-cdef void _init_rank() noexcept:
-    cdef int c
-    # Most common first, as counted on the labelled corpus's screens and bench native's:
-    # digits are as common in terminal output as the middle of the alphabet.
-    cdef bytes common = b" etoasrin1l0dcu-2m/3p:.h_4b6g5f8y7w9kv=xjqz\n"
-    for c in range(256):
-        _RANK[c] = 0 if c < 32 or c >= 127 else 1
-    for c in range(ord("A"), ord("Z") + 1):
-        _RANK[c] = 2
-    for c in range(len(common)):
-        _RANK[common[c]] = <uint8_t>(3 + (len(common) - c) * 4)
-
-
-_init_rank()
+def _rank_table():
+    """Tests only: the byte-rarity table this module searches with (256 bytes)."""
+    return bytes([rsr_rank[c] for c in range(256)])
 
 
 cdef uint8_t _NUMBER_CLASS[256]  # bit 0: ``\\d`` (a decimal digit); bit 1: ``\\w``
@@ -236,18 +231,10 @@ cdef struct _Needle:
 
 
 cdef inline void _needle(_Needle* nd, const uint8_t* data, Py_ssize_t m) noexcept nogil:
-    """The needle's two rarest bytes (the same one twice when it has only one)."""
-    cdef Py_ssize_t i, best = 0, second = -1
-    for i in range(1, m):
-        if _RANK[data[i]] < _RANK[data[best]]:
-            second = best
-            best = i
-        elif second < 0 or _RANK[data[i]] < _RANK[data[second]]:
-            second = i
+    """The needle and its two rarest bytes."""
     nd.data = data
     nd.length = m
-    nd.r1 = best
-    nd.r2 = second if second >= 0 else best
+    rsr_rare_pair(data, m, &nd.r1, &nd.r2)
 
 
 cdef inline bint _is_blank(uint8_t c) noexcept nogil:

@@ -42,7 +42,8 @@ import re
 from collections.abc import Sequence
 
 from ..schema import Leak
-from .leakrules import Judge, SandboxKnowledge
+from .leakjudge_py import Judge
+from .leakrules import SandboxKnowledge
 
 __all__ = ["LeakScanner", "SandboxKnowledge", "scan_leaks"]
 

@@ -62,6 +62,14 @@ def _within(sorted_values: list[float], target: float, tolerance: float) -> bool
 _SHELL_WORD = re.compile(r"""'[^']*'|"(?:[^"\\]|\\.)*"|&&|\|\||>>|&>|[|;&()<>]|[^\s|;&()<>'"]+""")
 
 
+def _dirname(path: str) -> str:
+    """``posixpath.dirname`` of a str (its code, without ``os.fspath`` and the call)."""
+    head = path[:path.rfind("/") + 1]
+    if head and head != "/" * len(head):
+        head = head.rstrip("/")
+    return head
+
+
 def _shell_words(line: str) -> list[str]:
     """Shell words and operators of one line, quotes removed (a regex, not a parser: a word
     glued to a quoted string comes out as two words, which no rule here minds)."""
@@ -278,7 +286,7 @@ class Judge:
             i += 1
         if not args:
             return
-        command = posixpath.basename(args[0])
+        command = args[0].rpartition("/")[2]  # posixpath.basename
         operands = [a for a in args[1:] if not a.startswith("-")]
         if command == "cd":
             target = operands[0] if operands else "/root"
@@ -288,7 +296,7 @@ class Judge:
             self._created.update(made)
             if command == "mkdir" and ("-p" in args or "--parents" in args):
                 for path in made:  # and every parent the image did not have
-                    while (path := posixpath.dirname(path)) not in ("/", ""):
+                    while (path := _dirname(path)) not in ("/", ""):
                         if self._sandbox.holds_path(path):
                             break
                         self._created.add(path)
@@ -319,7 +327,7 @@ class Judge:
         while True:
             if probe in self._created:
                 return True
-            parent = posixpath.dirname(probe)
+            parent = _dirname(probe)
             if parent == probe or not parent:
                 return False
             probe = parent
@@ -407,7 +415,7 @@ class Judge:
         ``host:8080/healthz`` is a port and a URL path; ``http://127.0.0.1`` names a host;
         ``s/old/new/`` in a quoted sed program is pattern text, so its pieces are parts.
         """
-        if not any(kind == "path" for _, _, kind in found):
+        if "path" not in [kind for _, _, kind in found]:
             return found
         programs = ([m.span() for m in _SED_PROGRAM.finditer(action)]
                     if "'" in action or '"' in action else [])  # a program is quoted

@@ -5,8 +5,9 @@ scanner's, and, compiled, the compiled scanner's.
 written once and run both ways; it then subclasses :class:`Judge`, replacing only the
 methods marked "kernel" (substring search, the wrapped-value search, the number scan, the
 create-word test, the ``computed`` arithmetic) with C over one-byte text. Hence no
-``from __future__`` import here (Cython takes it only at the top of a file) and absolute
-imports (the same lines run inside ``leakjudge``).
+``from __future__`` import here (the include puts these lines in the middle of
+``leakjudge``, where none is allowed) and absolute imports (they run there too). What is
+written here costs the compiled scanner too: each Python-level call does.
 """
 
 import bisect

@@ -491,7 +491,7 @@ cdef class LeakScanner:
     cdef Py_ssize_t _cap, _bits, _count, _entries_cap
     cdef set _reported
     cdef dict _quoted  # quoted value -> texts searched without a hit; -1: known
-    cdef object _judge  # the second pass: leakjudge.Judge, the compiled twin of leakrules.Judge
+    cdef object _judge  # the second pass: leakjudge.Judge, the compiled twin of leakjudge_py.Judge
 
     def __cinit__(self):
         global _spare_slots, _spare_entries, _spare_bits

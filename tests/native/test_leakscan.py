@@ -262,7 +262,7 @@ def test_whole_word_search_agrees(simd: int | None, indexing: int | None, words:
     _both(actions[::-1], screens[::-1], instruction=screens[0])
 
 
-# The second pass is compiled too (leakjudge.pyx, twin of leakrules.Judge): the rules that
+# The second pass is compiled too (leakjudge.pyx, twin of leakjudge_py.Judge): the rules that
 # search public text, read numbers and follow shell syntax must clear the same values.
 
 def _both(actions: list[str], context: list[str], instruction: str = "") -> list[Leak]:

@@ -7,7 +7,7 @@ direct-SFT export. Rules, in message order:
 - ``harness`` and ``private`` messages are dropped (control text and runbook guidance).
 - State-machine turns: a model command is a state-machine command when the StateM
   harness runs it as one (``rsr_async.harness.statem.is_statem_command``, the one
-  definition): its keystrokes, less one trailing ``\n`` and the whitespace around them,
+  definition): its keystrokes, less one trailing ``\\n`` and the whitespace around them,
   are one line that is ``statem`` or starts with ``statem ``. (``_native`` sits below the
   harness and does not import it; ``tests/native/test_compress.py`` pins both twins to
   that function.) A model turn whose commands are all such is dropped with every

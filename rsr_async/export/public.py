@@ -18,7 +18,7 @@ Rules, in message order (:func:`public_conversation`):
   :func:`~rsr_async._native.compress_trajectory`, which keeps a mixed turn for the
   planner: an exported reply cannot be edited (it is the raw text as sent), its
   observation mixes the outputs, and a plain Terminus 2 model must never learn to type
-  ``statem`` commands. A ``statem`` the harness did not catch (``statem cur\nls`` in one
+  ``statem`` commands. A ``statem`` the harness did not catch (``statem cur\\nls`` in one
   batch) went to bash, which answered ``command not found`` as it would a plain
   Terminus 2 model: that turn is ordinary shell work and stays.
 

@@ -17,7 +17,7 @@ exit code, a file) run through its ``run()``. The cost: only a keystroke batch t
 ``statem`` line is caught (:func:`is_statem_command`, the one definition of "a StateM
 command" that compression, export and the style analysis use too). ``statem cur && ls``
 is caught whole (the machine answers that ``cur`` takes no arguments; ``ls`` does not
-run), while ``statem cur\nls`` (two lines in one batch) or ``statem\tcur`` reach bash,
+run), while ``statem cur\\nls`` (two lines in one batch) or ``statem\\tcur`` reach bash,
 which says ``statem: command not found``; the first prompt says to type each on its own.
 """
 
@@ -203,13 +203,13 @@ async def _passes(check: Check, sandbox: Sandbox | None) -> bool:
 
 def is_statem_command(keystrokes: str) -> bool:
     """A keystroke batch the harness runs as a StateM command, not in the shell: after one
-    trailing ``\n`` and the whitespace around it (``str.strip``) are removed, one line
+    trailing ``\\n`` and the whitespace around it (``str.strip``) are removed, one line
     that is ``statem`` or starts with ``statem `` (a space).
 
     The one definition: compression (``rsr_async._native``, whose compiled and pure twins
     are pinned to this function by ``tests/native/test_compress.py``), export and the
     style analysis all mean this. It is narrower than "the first word is ``statem``":
-    ``statem cur\nls`` and ``statem\tcur`` went to bash, so they are shell commands.
+    ``statem cur\\nls`` and ``statem\\tcur`` went to bash, so they are shell commands.
     """
     line = keystrokes.removesuffix("\n").strip()
     return "\n" not in line and (

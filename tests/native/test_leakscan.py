@@ -369,3 +369,19 @@ def test_the_byte_ranks_follow_the_counts_on_terminal_text() -> None:
     assert len(wrong) <= len(pairs) // 20, wrong
     # Control bytes and non-ASCII are the rarest, capitals below every common byte.
     assert rank[ord("\x1b")] == rank[0xC3] == 0 and rank[ord("Q")] == 2 < rank[ord("z")]
+
+
+def test_the_compiled_second_pass_replaces_only_the_kernels() -> None:
+    # The rules are written once (leakjudge_py.py, compiled into leakjudge by an include):
+    # the compiled Judge may override the byte-level kernels, and nothing else.
+    compiled = load_impl("leakjudge", "native")
+    pure = load_impl("leakjudge", "pure")
+    kernels = {"_contains", "_wrapped_near", "_numbers_back", "_creates", "_computed"}
+    own = {name for name in vars(compiled.Judge) if not name.startswith("__")}
+    assert own == kernels
+    (rules,) = compiled.Judge.__bases__
+    assert rules is not pure.Judge  # the same source, compiled ...
+    assert {n for n in vars(rules) if not n.startswith("__")} == {
+        n for n in vars(pure.Judge) if not n.startswith("__")
+    }  # ... with the same methods
+    assert kernels <= set(vars(pure.Judge))

@@ -2,7 +2,7 @@
 
 Same first-pass rules as ``leakscan`` (its twin's word and quote finders), then the same
 second pass as the compiled scanner (``leakjudge.Judge``, the compiled twin of
-``leakrules.Judge``; the pure one where the extensions are not built). The baseline
+``leakjudge_py.Judge``; the pure one where the extensions are not built). The baseline
 stands for "a library first pass": its answer equals the scanner's, and the ratio against
 it compares the first passes, the second being the same code.
 """
@@ -18,7 +18,7 @@ from rsr_async.schema import Leak
 try:
     from rsr_async._native.leakjudge import Judge
 except ImportError:  # not built: the pure twin gives the same verdicts
-    from rsr_async._native.leakrules import Judge  # type: ignore[assignment]
+    from rsr_async._native.leakjudge_py import Judge  # type: ignore[assignment]
 
 _WORD = re.compile(r"[A-Za-z0-9_./+~-]+")
 

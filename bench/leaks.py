@@ -12,7 +12,7 @@ scripted stand-in, a test double: its figures show the plumbing, never a model's
 Speed, in the same run: the corpus, and ``--episodes`` generated 50-turn episodes of
 ~10 KB screens (``bench native``'s), scanned by the compiled scanner (both passes
 compiled: ``leakscan.pyx``, ``leakjudge.pyx``), its pure twin (``leakscan_py.py``,
-``leakrules.py``) and a compiled-regex + set baseline; medians of ``--repeat`` runs of
+``leakjudge_py.py``) and a compiled-regex + set baseline; medians of ``--repeat`` runs of
 process CPU time. The baseline stands for "a library first pass": it runs the same
 second pass as the compiled scanner (``leakjudge``), so ``vs_regex_set`` compares first
 passes with the second held equal. ``first_pass`` gives the same three with the second

@@ -6,9 +6,9 @@
   all-pairs;
 - ``leakscan``: literals in model actions that the model never saw (``LeakScanner``,
   ``scan_leaks``, ``scan_trajectory``); its second pass clears what the sandbox holds or
-  the model could derive (``SandboxKnowledge``): ``leakrules.Judge`` in the pure twin,
-  ``leakjudge.Judge`` (compiled) in the compiled scanner. The rules, their constants and
-  ``SandboxKnowledge`` live in ``leakrules`` and are shared by both.
+  the model could derive (``SandboxKnowledge``): ``leakjudge_py.Judge`` in the pure twin,
+  ``leakjudge.Judge`` (the same source compiled, kernels in C) in the compiled scanner.
+  The rules' docs, constants and ``SandboxKnowledge`` live in ``leakrules``.
 
 The compiled modules are used when they were built; ``RSR_NO_EXTENSIONS=1`` selects the
 pure-Python twins at run time. ``NATIVE`` says which one is active. Both give the same

@@ -154,7 +154,7 @@ cdef extern from *:
     void rsr_slot_set(object o, Py_ssize_t offset, object value)
 
 cdef str SAME_MARKER = "[same output as the previous observation]"
-cdef const char* _STATEM = b"statem"
+cdef const char* _STATEM = b"statem"  # harness.statem.STATEM_COMMAND (tests pin the rule)
 cdef object _force_setattr = msgspec.structs.force_setattr
 cdef object _struct_copy = Message.__copy__
 # Message is a msgspec Struct: its fields are object slots at fixed offsets. For records
@@ -532,19 +532,29 @@ cdef bint _is_statem(object command, Py_ssize_t index) except -1:
             f"compress_trajectory: messages[{index}].commands holds {command!r}, "
             "not a Command with str keystrokes"
         )
-    # ``keystrokes.split(None, 1)[0] == "statem"`` without building the list: the first
-    # word starts after str.isspace() characters and ends at one or at the end.
-    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(keystrokes), i = 0, t
+    # ``harness.statem.is_statem_command`` without building strings: ``line =
+    # keystrokes.removesuffix("\n").strip()`` is data[i:e]; then no "\n" in it, and it
+    # is "statem" or starts with "statem ".
+    cdef Py_ssize_t e = PyUnicode_GET_LENGTH(keystrokes), i = 0, t
     cdef int kind = PyUnicode_KIND(keystrokes)
     cdef const void* data = PyUnicode_DATA(keystrokes)
-    while i < n and Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i)):
+    if e and PyUnicode_READ(kind, data, e - 1) == 10:
+        e -= 1
+    while i < e and Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i)):
         i += 1
-    if n - i < 6:
+    while e > i and Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, e - 1)):
+        e -= 1
+    if e - i < 6:
         return False
     for t in range(6):
         if PyUnicode_READ(kind, data, i + t) != <Py_UCS4>(<unsigned char>_STATEM[t]):
             return False
-    return i + 6 == n or Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i + 6))
+    if i + 6 < e and PyUnicode_READ(kind, data, i + 6) != 32:
+        return False
+    for t in range(i + 6, e):
+        if PyUnicode_READ(kind, data, t) == 10:
+            return False
+    return True
 
 
 def compress_trajectory(trajectory, *, max_observation_bytes=4096, strip_ansi=True,

@@ -5,11 +5,15 @@
 direct-SFT export. Rules, in message order:
 
 - ``harness`` and ``private`` messages are dropped (control text and runbook guidance).
-- State-machine turns: a model command whose first whitespace-separated word is
-  ``statem`` is a state-machine command. A model turn whose commands are all such is
-  dropped with every ``env`` observation after it up to the next model message (their
-  output). In a turn that mixes them, only the ``statem`` commands leave
-  ``Message.commands``; the turn, its raw reply text and its observation stay.
+- State-machine turns: a model command is a state-machine command when the StateM
+  harness runs it as one (``rsr_async.harness.statem.is_statem_command``, the one
+  definition): its keystrokes, less one trailing ``\\n`` and the whitespace around them,
+  are one line that is ``statem`` or starts with ``statem ``. (``_native`` sits below the
+  harness and does not import it; ``tests/native/test_compress.py`` pins both twins to
+  that function.) A model turn whose commands are all such is dropped with every
+  ``env`` observation after it up to the next model message (their output). In a turn
+  that mixes them, only the ``statem`` commands leave ``Message.commands``; the turn,
+  its raw reply text and its observation stay.
 - ``task`` text loses its terminal escape sequences. ``env`` observations lose them too,
   then are cut, when longer than ``max_observation_bytes`` UTF-8 bytes, to a head of
   ``max_observation_bytes // 2`` bytes and a tail of the rest, both on character
@@ -106,8 +110,8 @@ def _is_statem(command: object, index: int) -> bool:
             f"compress_trajectory: messages[{index}].commands holds {command!r}, "
             "not a Command with str keystrokes"
         )
-    words = keystrokes.split(None, 1)
-    return bool(words) and words[0] == "statem"
+    line = keystrokes.removesuffix("\n").strip()
+    return "\n" not in line and (line == "statem" or line.startswith("statem "))
 
 
 def compress_trajectory(

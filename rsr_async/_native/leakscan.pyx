@@ -40,6 +40,12 @@ cdef extern from "rsr_find.h":
                         Py_ssize_t r1, Py_ssize_t r2, Py_ssize_t start) noexcept nogil
     int rsr_simd_level
     int rsr_cpu_level() noexcept nogil
+    # The byte-rarity table both passes share, and the needle bytes it picks.
+    uint8_t rsr_rank[256]
+    void rsr_rank_init() noexcept nogil
+    Py_ssize_t rsr_rarest(const uint8_t* needle, Py_ssize_t m) noexcept nogil
+    void rsr_rare_pair(const uint8_t* needle, Py_ssize_t m, Py_ssize_t* r1,
+                       Py_ssize_t* r2) noexcept nogil
 
 cdef extern from *:
     """
@@ -338,30 +344,12 @@ cdef inline Py_ssize_t _next_word(int kind, const void* data, Py_ssize_t n, Py_s
     return -1
 
 
-cdef uint8_t _RANK[256]  # guessed frequency of a byte in terminal text; lower is rarer
+rsr_rank_init()
 
 
-cdef void _init_rank() noexcept:
-    cdef int c
-    cdef bytes common = b" etaoinsrhldcumfpgwybvkxjqz_-./0123456789=:\n"
-    for c in range(256):
-        _RANK[c] = 0 if c < 32 or c >= 127 else 1
-    for c in range(ord("A"), ord("Z") + 1):
-        _RANK[c] = 2
-    for c in range(len(common)):
-        _RANK[common[c]] = <uint8_t>(3 + (len(common) - c) * 4)
-
-
-_init_rank()
-
-
-cdef inline Py_ssize_t _rarest(const uint8_t* needle, Py_ssize_t m) noexcept nogil:
-    """Index of the needle byte least likely in the text: the one ``memchr`` looks for."""
-    cdef Py_ssize_t i, best = 0
-    for i in range(1, m):
-        if _RANK[needle[i]] < _RANK[needle[best]]:
-            best = i
-    return best
+def _rank_table():
+    """Tests only: the byte-rarity table this module searches with (256 bytes)."""
+    return bytes([rsr_rank[c] for c in range(256)])
 
 
 cdef inline bint _contains_bytes(const uint8_t* hay, Py_ssize_t n, const uint8_t* needle,
@@ -383,20 +371,6 @@ cdef inline bint _contains_bytes(const uint8_t* hay, Py_ssize_t n, const uint8_t
             return True
         i += 1
     return False
-
-
-cdef inline void _rare_pair(const uint8_t* needle, Py_ssize_t m, Py_ssize_t* r1,
-                            Py_ssize_t* r2) noexcept nogil:
-    """The needle's two rarest bytes (the same one twice when it has only one)."""
-    cdef Py_ssize_t i, best = 0, second = -1
-    for i in range(1, m):
-        if _RANK[needle[i]] < _RANK[needle[best]]:
-            second = best
-            best = i
-        elif second < 0 or _RANK[needle[i]] < _RANK[needle[second]]:
-            second = i
-    r1[0] = best
-    r2[0] = second if second >= 0 else best
 
 
 cdef inline bint _whole_at(int kind, const void* data, Py_ssize_t n, Py_ssize_t p,
@@ -517,7 +491,7 @@ cdef class LeakScanner:
     cdef Py_ssize_t _cap, _bits, _count, _entries_cap
     cdef set _reported
     cdef dict _quoted  # quoted value -> texts searched without a hit; -1: known
-    cdef object _judge  # the second pass: leakjudge.Judge, the compiled twin of leakrules.Judge
+    cdef object _judge  # the second pass: leakjudge.Judge, the compiled twin of leakjudge_py.Judge
 
     def __cinit__(self):
         global _spare_slots, _spare_entries, _spare_bits
@@ -717,7 +691,7 @@ cdef class LeakScanner:
                 raise MemoryError()
             for i in range(m):
                 b[i] = <uint8_t>PyUnicode_READ(kind, data, s + i)
-        _rare_pair(b, m, &r1, &r2)
+        rsr_rare_pair(b, m, &r1, &r2)
         at = -1
         i = self._n_texts - 1
         try:
@@ -873,7 +847,7 @@ cdef class LeakScanner:
         cdef const uint8_t* needle = <const uint8_t*>PyUnicode_DATA(value)
         cdef Py_ssize_t m = PyUnicode_GET_LENGTH(value), rare = 0
         if kind == 1:
-            rare = _rarest(needle, m)
+            rare = rsr_rarest(needle, m)
         for i in range(searched, self._n_texts):
             if kind == 1 and self._kinds[i] == 1:
                 if _contains_bytes(<const uint8_t*>self._datas[i],

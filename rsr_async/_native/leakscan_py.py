@@ -30,7 +30,7 @@ Known
 
 Each leaked value is reported once per episode, at its first use: ``Leak(value, kind,
 turn, position, rule, why)`` with ``position`` the index (in code points) in the action
-text; ``rule`` and ``why`` come from the second pass (``leakrules.py``), which also
+text; ``rule`` and ``why`` come from the second pass (``leakjudge_py.py``), which also
 decides which first-pass candidates are derivable after all.
 Candidates of one action are taken in position order, words before a quoted string
 starting at the same index.
@@ -42,7 +42,8 @@ import re
 from collections.abc import Sequence
 
 from ..schema import Leak
-from .leakrules import Judge, SandboxKnowledge
+from .leakjudge_py import Judge
+from .leakrules import SandboxKnowledge
 
 __all__ = ["LeakScanner", "SandboxKnowledge", "scan_leaks"]
 
@@ -109,7 +110,7 @@ def _quoted(text: str) -> list[tuple[int, str]]:
 class LeakScanner:
     """Incremental leak scan of one episode: ``observe`` what the model saw, ``scan`` what it did.
 
-    The candidates this module finds go through the second pass of ``leakrules`` (what the
+    The candidates this module finds go through the second pass, ``leakjudge_py`` (what the
     ``sandbox`` holds, what the model could derive); ``derive=False`` skips it, for callers
     that want every unseen literal (the critic's runbook checks).
     """

@@ -133,4 +133,47 @@ static Py_ssize_t rsr_find(const uint8_t *hay, Py_ssize_t n, const uint8_t *need
     return rsr_find_sse2(hay, n, needle, m, r1, r2, from);
 }
 
+/* How common a byte is in terminal text (higher: commoner), so a caller searches for a
+   needle's rarest bytes. The one table of both compiled passes (each including module
+   fills its own copy with rsr_rank_init()). RSR_COMMON_BYTES is most common first, as
+   counted on the labelled leak corpus's screens and bench native's: digits are as common
+   there as the middle of the alphabet, and `tests/native/test_leakscan.py` checks the
+   order against those counts. Then capitals; then other printable bytes; control bytes
+   and non-ASCII rarest. */
+static const char RSR_COMMON_BYTES[] = " etoasrin1l0dcu-2m/3p:.h_4b6g5f8y7w9kv=xjqz\n";
+static uint8_t rsr_rank[256];
+
+static void rsr_rank_init(void) {
+    const Py_ssize_t n = (Py_ssize_t)sizeof(RSR_COMMON_BYTES) - 1;
+    Py_ssize_t k;
+    int c;
+    for (c = 0; c < 256; c++) rsr_rank[c] = (c < 32 || c >= 127) ? 0 : 1;
+    for (c = 'A'; c <= 'Z'; c++) rsr_rank[c] = 2;
+    for (k = 0; k < n; k++) rsr_rank[(uint8_t)RSR_COMMON_BYTES[k]] = (uint8_t)(3 + (n - k) * 4);
+}
+
+/* Offset of the needle's rarest byte (the first of equals). */
+static inline Py_ssize_t rsr_rarest(const uint8_t *needle, Py_ssize_t m) {
+    Py_ssize_t i, best = 0;
+    for (i = 1; i < m; i++)
+        if (rsr_rank[needle[i]] < rsr_rank[needle[best]]) best = i;
+    return best;
+}
+
+/* Offsets of the needle's two rarest bytes (the same one twice when it has only one). */
+static inline void rsr_rare_pair(const uint8_t *needle, Py_ssize_t m, Py_ssize_t *r1,
+                                 Py_ssize_t *r2) {
+    Py_ssize_t i, best = 0, second = -1;
+    for (i = 1; i < m; i++) {
+        if (rsr_rank[needle[i]] < rsr_rank[needle[best]]) {
+            second = best;
+            best = i;
+        } else if (second < 0 || rsr_rank[needle[i]] < rsr_rank[needle[second]]) {
+            second = i;
+        }
+    }
+    *r1 = best;
+    *r2 = second >= 0 ? second : best;
+}
+
 #endif /* RSR_FIND_H */

@@ -5,7 +5,8 @@ The exploration classifier (:func:`classify_command`) is deliberately plain: a c
 ``explore`` when every simple command in it only reads (inspection programs such as
 ``ls``, ``cat``, ``grep``, ``find`` without ``-delete``/``-exec`` of a writer, ``sed``
 without ``-i``, read-only ``git`` subcommands, version queries) and nothing is written
-through a redirection or ``tee``; ``state`` when it is a ``statem ...`` command; ``act``
+through a redirection or ``tee``; ``state`` when the StateM harness runs it as one of its
+commands (:func:`~rsr_async.harness.statem.is_statem_command`); ``act``
 otherwise (edits, installs, builds, runs, heredoc scripts, special keys, ``sleep``).
 ``cd`` counts as exploration (navigation changes nothing on disk). The labelled list in
 ``tests/analysis/fixtures/commands.tsv`` is its test.
@@ -17,6 +18,7 @@ import re
 import shlex
 from typing import Literal
 
+from ..harness.statem import is_statem_command
 from ..schema import EpisodeStyle, Trajectory
 
 __all__ = ["Category", "classify_command", "episode_style"]
@@ -122,7 +124,7 @@ def classify_command(keystrokes: str) -> Category:
     text = keystrokes.strip()
     if _SPECIAL_KEY.match(text):
         return "act"
-    if text == "statem" or text.startswith("statem "):
+    if is_statem_command(keystrokes):
         return "state"
     if "<<" in text or _writes_by_redirect(text) or re.search(r"(^|[|;&\s])tee\s", text):
         return "act"

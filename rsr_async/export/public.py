@@ -12,12 +12,15 @@ Rules, in message order (:func:`public_conversation`):
   whole text is one of Terminus 2's protocol messages (rendered from
   ``rsr_async/harness/templates``; these harnesses speak the shared Terminus protocol);
   their own control text ("failed, try again", state prompts) is dropped.
-- StateM: a model turn that runs any ``statem`` command is dropped with every message
+- StateM: a model turn that runs any StateM command (one the harness caught:
+  :func:`~rsr_async.harness.statem.is_statem_command`) is dropped with every message
   after it up to the next model message (its output). Stricter than
   :func:`~rsr_async._native.compress_trajectory`, which keeps a mixed turn for the
   planner: an exported reply cannot be edited (it is the raw text as sent), its
   observation mixes the outputs, and a plain Terminus 2 model must never learn to type
-  ``statem``.
+  ``statem`` commands. A ``statem`` the harness did not catch (``statem cur\\nls`` in one
+  batch) went to bash, which answered ``command not found`` as it would a plain
+  Terminus 2 model: that turn is ordinary shell work and stays.
 
 Dropping messages can leave two messages of one role side by side; the conversation is
 then repaired into a strict alternation: adjacent user messages are joined with a blank
@@ -42,7 +45,8 @@ from functools import cache
 import msgspec
 
 from ..harness.protocol import _template, render
-from ..schema import Command, Message, Role, Trajectory
+from ..harness.statem import is_statem_command
+from ..schema import Message, Role, Trajectory
 
 __all__ = [
     "PublicMessage",
@@ -148,11 +152,6 @@ def drop_rejected(conversation: list[PublicMessage]) -> list[PublicMessage]:
     return [m for i, m in enumerate(conversation) if i not in skip]
 
 
-def _is_statem(command: Command) -> bool:
-    words = command.keystrokes.split(None, 1)
-    return bool(words) and words[0] == "statem"
-
-
 def public_conversation(
     trajectory: Trajectory, stats: Counter[str] | None = None
 ) -> list[PublicMessage]:
@@ -174,7 +173,7 @@ def public_conversation(
             continue
         if origin == "model":
             commands = message.commands
-            skipping = statem and any(_is_statem(c) for c in commands)
+            skipping = statem and any(is_statem_command(c.keystrokes) for c in commands)
             if skipping:
                 tally["statem"] += 1
                 continue

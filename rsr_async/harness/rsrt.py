@@ -25,10 +25,8 @@ from .terminus2 import Terminus2, TerminusSession
 
 if TYPE_CHECKING:
     from ..config import HarnessConfig
-    from ..llm.base import ChatModel
-    from ..sandbox.base import Sandbox, ShellSession
-    from ..schema import EpisodeSpec, Trajectory
-    from .base import Checkpoint, Grader
+    from ..schema import EpisodeSpec
+    from .base import Grader
 
 __all__ = ["Rsrt", "RsrtSession"]
 
@@ -39,7 +37,7 @@ DEFAULT_WALL_CLOCK_S = 180 * 60.0
 class RsrtSession(TerminusSession):
     """A Terminus session whose completion claims go to a hidden grader."""
 
-    grader: Grader
+    harness: Rsrt
     claims: int = 0
 
     def first_prompt_notes(self) -> list[str]:
@@ -49,7 +47,7 @@ class RsrtSession(TerminusSession):
         if self.sandbox is None:
             raise HarnessError("RSRT needs the episode's sandbox to copy for its hidden tests")
         self.claims += 1
-        verification = await self.grader(self.sandbox, self.spec.task, key=str(self.spec.key))
+        verification = await self.harness.grader(self.sandbox, self.spec.task, key=str(self.spec.key))
         self.verification = verification
         verdict = "passed" if verification.passed else "failed"
         self.record_harness(
@@ -62,6 +60,7 @@ class Rsrt(Terminus2):
     """The RSRT harness; ``grader`` runs the hidden tests on a copy of the sandbox."""
 
     name = "rsrt"
+    session_class = RsrtSession
 
     def __init__(
         self, config: HarnessConfig, *, grader: Grader, wall_clock_s: float = DEFAULT_WALL_CLOCK_S
@@ -73,16 +72,3 @@ class Rsrt(Terminus2):
     def deadline_for(self, spec: EpisodeSpec) -> float:
         """RSRT's own wall clock, unless the spec sets a deadline."""
         return spec.deadline_s if spec.deadline_s is not None else self.wall_clock_s
-
-    def make_session(
-        self,
-        spec: EpisodeSpec,
-        sandbox: Sandbox,
-        model: ChatModel,
-        shell: ShellSession,
-        trajectory: Trajectory,
-        checkpoint: Checkpoint | None,
-    ) -> TerminusSession:
-        session = RsrtSession(self.config, spec, model, shell, trajectory, checkpoint, sandbox=sandbox)
-        session.grader = self.grader
-        return session

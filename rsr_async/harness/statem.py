@@ -13,15 +13,19 @@ assumptions, no architecture to match), the state lives in the harness where it 
 context handoff and can never be edited by the agent, and its text is harness text by
 construction (the command and its output join the next prompt as a ``harness`` note, so
 compression and export drop them). Blocking checks that need the sandbox (a command's
-exit code, a file) run through its ``run()``. The cost: only a line that is a ``statem``
-command by itself is caught (``statem cur && ls`` reaches bash, which says
-``statem: command not found``); the first prompt says to type each one on its own.
+exit code, a file) run through its ``run()``. The cost: only a keystroke batch that is one
+``statem`` line is caught (:func:`is_statem_command`, the one definition of "a StateM
+command" that compression, export and the style analysis use too). ``statem cur && ls``
+is caught whole (the machine answers that ``cur`` takes no arguments; ``ls`` does not
+run), while ``statem cur\\nls`` (two lines in one batch) or ``statem\\tcur`` reach bash,
+which says ``statem: command not found``; the first prompt says to type each on its own.
 """
 
 from __future__ import annotations
 
 import shlex
 import tomllib
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,14 +37,24 @@ from .terminus2 import Terminus2, TerminusSession
 
 if TYPE_CHECKING:
     from ..config import HarnessConfig
-    from ..llm.base import ChatModel
-    from ..sandbox.base import Sandbox, ShellSession
-    from ..schema import Command, EpisodeSpec, Trajectory
-    from .base import Checkpoint
+    from ..sandbox.base import Sandbox
+    from ..schema import Command
 
-__all__ = ["DEFAULT_WORKFLOW", "Check", "State", "StateMachine", "Statem", "Workflow", "load_workflow"]
+__all__ = [
+    "DEFAULT_WORKFLOW",
+    "STATEM_COMMAND",
+    "Check",
+    "State",
+    "StateMachine",
+    "Statem",
+    "Workflow",
+    "is_statem_command",
+    "load_workflow",
+]
 
 DEFAULT_WORKFLOW = Path(__file__).parent / "workflows" / "default.toml"
+STATEM_COMMAND = "statem"
+"""The command word the harness catches (see :func:`is_statem_command`)."""
 CHECK_TIME_LIMIT_S = 60.0
 """A ``run`` check's limit inside the sandbox."""
 
@@ -187,16 +201,31 @@ async def _passes(check: Check, sandbox: Sandbox | None) -> bool:
     return result.exit_code == 0 and not result.timed_out
 
 
-def is_statem_line(keystrokes: str) -> bool:
-    """A keystroke batch that is one ``statem`` command line, by itself."""
+def is_statem_command(keystrokes: str) -> bool:
+    """A keystroke batch the harness runs as a StateM command, not in the shell: after one
+    trailing ``\\n`` and the whitespace around it (``str.strip``) are removed, one line
+    that is ``statem`` or starts with ``statem `` (a space).
+
+    The one definition: compression (``rsr_async._native``, whose compiled and pure twins
+    are pinned to this function by ``tests/native/test_compress.py``), export and the
+    style analysis all mean this. It is narrower than "the first word is ``statem``":
+    ``statem cur\\nls`` and ``statem\\tcur`` went to bash, so they are shell commands.
+    """
     line = keystrokes.removesuffix("\n").strip()
-    return "\n" not in line and (line == "statem" or line.startswith("statem "))
+    return "\n" not in line and (
+        line == STATEM_COMMAND or line.startswith(STATEM_COMMAND + " ")
+    )
 
 
 class StatemSession(TerminusSession):
     """A Terminus session with a workflow state machine behind ``statem`` commands."""
 
-    machine: StateMachine
+    harness: Statem
+
+    @cached_property
+    def machine(self) -> StateMachine:
+        """This episode's state machine, on the harness's workflow."""
+        return StateMachine(self.harness.workflow)
 
     def first_prompt_notes(self) -> list[str]:
         state = self.machine.workflow.states[self.machine.state]
@@ -209,7 +238,7 @@ class StatemSession(TerminusSession):
                 render("statem_resume", state=self.machine.state, moves=moves)]
 
     async def intercept(self, command: Command) -> str | None:
-        if not is_statem_line(command.keystrokes):
+        if not is_statem_command(command.keystrokes):
             return None
         line = command.keystrokes.strip()
         return f"$ {line}\n{await self.machine.command(line, self.sandbox)}"
@@ -219,20 +248,8 @@ class Statem(Terminus2):
     """The StateM harness, driving ``workflow`` (the default software workflow if None)."""
 
     name = "statem"
+    session_class = StatemSession
 
     def __init__(self, config: HarnessConfig, *, workflow: Workflow | None = None) -> None:
         super().__init__(config)
         self.workflow = workflow if workflow is not None else load_workflow()
-
-    def make_session(
-        self,
-        spec: EpisodeSpec,
-        sandbox: Sandbox,
-        model: ChatModel,
-        shell: ShellSession,
-        trajectory: Trajectory,
-        checkpoint: Checkpoint | None,
-    ) -> TerminusSession:
-        session = StatemSession(self.config, spec, model, shell, trajectory, checkpoint, sandbox=sandbox)
-        session.machine = StateMachine(self.workflow)
-        return session

@@ -7,9 +7,9 @@ shell) and the things that take more than a line: asking the model, running comm
 handing off the context. Protocol text lives in ``templates/``, parsing in :mod:`.protocol`.
 
 Extension point. A harness that is "Terminus 2 plus something" subclasses
-:class:`Terminus2` (set ``name``, override :meth:`Terminus2.make_session` to pass what it
-needs, e.g. a grader) and :class:`TerminusSession`, overriding only these hooks; each
-default does nothing, so plain Terminus 2 is unchanged:
+:class:`Terminus2` (set ``name`` and ``session_class``, keep what it is handed, e.g. a
+grader) and :class:`TerminusSession` (which reads those from :attr:`TerminusSession.harness`),
+overriding only these hooks; each default does nothing, so plain Terminus 2 is unchanged:
 
 - :meth:`TerminusSession.first_prompt_notes`: harness sections for the first prompt;
 - :meth:`TerminusSession.before_turn`: before each agent turn (raise :class:`EpisodeEnd`
@@ -32,7 +32,7 @@ one exception is a context handoff, which starts a new context.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import anyio
 
@@ -69,6 +69,9 @@ class Terminus2:
     """The Terminus 2 harness (see ``/work/shared/REFERENCE.md``, "Terminus 2")."""
 
     name = "terminus2"
+    session_class: ClassVar[type[TerminusSession]]
+    """The class of an episode's session (set below :class:`TerminusSession`; a harness
+    that extends Terminus 2 names its own subclass)."""
 
     def __init__(self, config: HarnessConfig) -> None:
         self.config = config
@@ -86,9 +89,8 @@ class Terminus2:
         trajectory: Trajectory,
         checkpoint: Checkpoint | None,
     ) -> TerminusSession:
-        """The session one episode runs in; a harness overrides it to hand its own
-        session class what it needs (a grader, a workflow)."""
-        return TerminusSession(self.config, spec, model, shell, trajectory, checkpoint, sandbox=sandbox)
+        """The session one episode runs in: a :attr:`session_class` made with this harness."""
+        return self.session_class(self, spec, model, shell, trajectory, checkpoint, sandbox=sandbox)
 
     async def run(
         self,
@@ -198,9 +200,12 @@ class TerminusSession:
     """One running episode: contexts, trajectory, shell, the steps of the loop, and the
     hooks a harness overrides (see the module docstring)."""
 
+    harness: Terminus2
+    """The harness running this episode (its config, and what a subclass was handed)."""
+
     def __init__(
         self,
-        config: HarnessConfig,
+        harness: Terminus2,
         spec: EpisodeSpec,
         model: ChatModel,
         shell: ShellSession,
@@ -209,7 +214,8 @@ class TerminusSession:
         *,
         sandbox: Sandbox | None = None,
     ) -> None:
-        self.config = config
+        self.harness = harness
+        self.config = config = harness.config
         self.sandbox = sandbox
         """The episode's sandbox, for hooks that run checks in it (None in some tests)."""
         self.spec = spec
@@ -479,3 +485,6 @@ class TerminusSession:
                 continue
             self.record_reply(completion)
             return completion.text
+
+
+Terminus2.session_class = TerminusSession

@@ -79,6 +79,25 @@ def test_statem_turns_and_their_output_are_dropped() -> None:
     assert kept_replies == plain
 
 
+def test_a_statem_line_the_harness_did_not_catch_is_shell_work_and_stays() -> None:
+    # Two lines in one batch went to bash (is_statem_command is False): its turn and
+    # bash's answer are what a plain Terminus 2 model would have seen, so they stay.
+    b = Builder("delta", "statem")
+    b.add("task", samples.task_prompt("delta"))
+    b.model("two at once", "statem cur\nls\n")
+    b.env("bash: statem: command not found\nnotes.txt")
+    b.model("next", "statem next\n")
+    b.env("screen")
+    b.add("harness", f"{samples.STATEM_MARK} allowed moves")
+    b.model("done", "cat notes.txt\n", complete=True)
+    stats: Counter[str] = Counter()
+    conversation = public_conversation(b.trajectory, stats)
+    assert stats == Counter(statem=3)  # the caught turn, its output and its harness note
+    assert [m.role for m in conversation] == ["user", "assistant", "user", "assistant"]
+    assert "command not found" in conversation[2].content
+    assert samples.STATEM_MARK not in "\n".join(m.content for m in conversation)
+
+
 @pytest.mark.parametrize(
     "text",
     [

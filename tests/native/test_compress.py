@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsr_async._native import CompressionReport
+from rsr_async.harness.statem import is_statem_command
 from rsr_async.schema import Command, Message, Trajectory
 from tests.native.conftest import load_impl
 from tests.native.strategies import long_ascii, text
@@ -65,6 +66,73 @@ def test_state_machine_turns(compress: ModuleType) -> None:
     assert report.dropped_statem == 3
     assert report.statem_commands == 1
     assert report.dropped == (0, 1, 2)
+
+
+# (keystrokes, the StateM harness runs them as a StateM command). The last group is where
+# the harness's whole-line rule and the old "first word is statem" rule part: bash ran those.
+STATEM_CASES = [
+    ("statem cur\n", True),
+    ("statem\n", True),
+    ("statem", True),
+    ("  statem goto build\n", True),
+    ("statem cur && ls\n", True),
+    ("statem cur\r\n", True),
+    ("\nstatem next\n", True),
+    ("statem cur\n\n", True),
+    ("\u3000statem history\u2028", True),
+    ("statemachine --help\n", False),
+    ("echo statem\n", False),
+    ("Statem cur\n", False),
+    ("", False),
+    ("\n", False),
+    ("statem cur\nls\n", False),
+    ("statem\tcur\n", False),
+    ("statem\xa0cur\n", False),
+    ("statem\x0bcur", False),
+    ("statem\n\nls", False),
+    ("statem check a\nstatem goto b\n", False),
+]
+FIRST_WORD_ONLY = [k for k, caught in STATEM_CASES if not caught and k.split(None, 1)[:1] == ["statem"]]
+
+
+def test_the_statem_rule_is_the_harness_whole_line_rule() -> None:
+    # Pins the harness's definition; the differing cases are all there (and there are some).
+    assert [k for k, caught in STATEM_CASES if is_statem_command(k) != caught] == []
+    assert len(FIRST_WORD_ONLY) == 6
+
+
+def _statem_verdicts(compress: ModuleType, keystrokes: list[str]) -> list[bool]:
+    """Whether ``compress_trajectory`` treats each batch as a StateM command: alone in a
+    turn (the turn and its output dropped) and beside ``make`` (only it leaves)."""
+    verdicts = []
+    for k in keystrokes:
+        alone, report = compress.compress_trajectory(traj(msg("model", "{1}", k), msg("env", "out")))
+        dropped = report.dropped_statem == 2
+        assert dropped == (alone.messages == [])
+        mixed, report = compress.compress_trajectory(traj(msg("model", "{2}", k, "make\n")))
+        assert report.statem_commands == (len(mixed.messages[0].commands) == 1)
+        assert dropped == (report.statem_commands == 1)  # the same verdict both ways
+        verdicts.append(dropped)
+    return verdicts
+
+
+def test_both_twins_use_the_harness_statem_rule(compress: ModuleType) -> None:
+    keystrokes = [k for k, _ in STATEM_CASES]
+    assert _statem_verdicts(compress, keystrokes) == [is_statem_command(k) for k in keystrokes]
+
+
+_STATEM_PIECES = st.sampled_from(
+    ["statem", "statem ", " ", "\t", "\n", "\r", "\x0b", "\xa0", "\u2028", "\u3000", "cur",
+     "goto", "&&", "ls", "S", "é", "𝄞"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_STATEM_PIECES, max_size=6).map("".join), min_size=1, max_size=8))
+def test_both_twins_agree_with_the_harness_on_random_batches(keystrokes: list[str]) -> None:
+    harness = [is_statem_command(k) for k in keystrokes]
+    assert _statem_verdicts(load_impl("compress", "pure"), keystrokes) == harness
+    assert _statem_verdicts(load_impl("compress", "native"), keystrokes) == harness
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import random
+import sys
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -8,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rsr_async._native import scan_trajectory
+from rsr_async.rsr.leakeval import CORPUS, load_corpus
 from rsr_async.schema import Command, Leak, Message, Trajectory
 from tests.native.conftest import load_impl
 from tests.native.strategies import (
@@ -257,7 +262,7 @@ def test_whole_word_search_agrees(simd: int | None, indexing: int | None, words:
     _both(actions[::-1], screens[::-1], instruction=screens[0])
 
 
-# The second pass is compiled too (leakjudge.pyx, twin of leakrules.Judge): the rules that
+# The second pass is compiled too (leakjudge.pyx, twin of leakjudge_py.Judge): the rules that
 # search public text, read numbers and follow shell syntax must clear the same values.
 
 def _both(actions: list[str], context: list[str], instruction: str = "") -> list[Leak]:
@@ -322,3 +327,61 @@ def test_arithmetic_of_shown_numbers_agrees(shown: list[int], i: int, j: int, op
               "~": a + 0.5, "x": a * b + 7}[op]
     typed = f"{result:.{places}f}"
     _both([f"echo {typed}"], [" ".join(map(str, shown))])
+
+
+def _byte_counts() -> Counter[int]:
+    """Bytes of the public text (task and screens) of the labelled leak corpus and of
+    ``bench native``'s generated episodes: what the compiled passes search."""
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        from native import make_episode  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(bench))
+    rng = random.Random(2026)
+    trajectories = [case.trajectory for case in load_corpus(CORPUS)]
+    trajectories += [make_episode(rng, i) for i in range(12)]
+    counts: Counter[int] = Counter()
+    for trajectory in trajectories:
+        for message in trajectory.messages:
+            if message.origin in ("task", "env"):
+                counts.update(message.content.encode())
+    return counts
+
+
+def test_both_compiled_passes_rank_bytes_with_one_table() -> None:
+    # The two passes once had a table each, and they drifted apart.
+    scan = load_impl("leakscan", "native")._rank_table()
+    judge = load_impl("leakjudge", "native")._rank_table()
+    assert len(scan) == 256 and scan == judge
+
+
+def test_the_byte_ranks_follow_the_counts_on_terminal_text() -> None:
+    # The table's order of the bytes it ranks as common disagrees with the measured counts
+    # (a byte ranked commoner that is under half as frequent) on few pairs. The first
+    # pass's old English-letter order (" etaoinsrhld...0123456789=:") broke 152 of 946.
+    rank = load_impl("leakjudge", "native")._rank_table()
+    counts = _byte_counts()
+    common = sorted((c for c in range(256) if rank[c] > 2), key=lambda c: -rank[c])
+    assert len(common) == 44
+    pairs = [(a, b) for i, a in enumerate(common) for b in common[i + 1:]]
+    wrong = [(chr(a), chr(b)) for a, b in pairs if counts[b] > 2 * counts[a]]
+    assert len(wrong) <= len(pairs) // 20, wrong
+    # Control bytes and non-ASCII are the rarest, capitals below every common byte.
+    assert rank[ord("\x1b")] == rank[0xC3] == 0 and rank[ord("Q")] == 2 < rank[ord("z")]
+
+
+def test_the_compiled_second_pass_replaces_only_the_kernels() -> None:
+    # The rules are written once (leakjudge_py.py, compiled into leakjudge by an include):
+    # the compiled Judge may override the byte-level kernels, and nothing else.
+    compiled = load_impl("leakjudge", "native")
+    pure = load_impl("leakjudge", "pure")
+    kernels = {"_contains", "_wrapped_near", "_numbers_back", "_creates", "_computed"}
+    own = {name for name in vars(compiled.Judge) if not name.startswith("__")}
+    assert own == kernels
+    (rules,) = compiled.Judge.__bases__
+    assert rules is not pure.Judge  # the same source, compiled ...
+    assert {n for n in vars(rules) if not n.startswith("__")} == {
+        n for n in vars(pure.Judge) if not n.startswith("__")
+    }  # ... with the same methods
+    assert kernels <= set(vars(pure.Judge))

@@ -4,8 +4,9 @@
 the model side (the configured SGLang servers or router, or embedded simulator
 subprocesses with the scripted stand-in model when none is configured), the sandbox
 side (a provider from the backend ``sandbox.backend`` names, labelled with the run's id:
-:mod:`rsr_async.sandbox.backends`), one runner per job kind, and the :class:`~rsr_async.engine.Engine` on the run directory, and
-yields a :class:`Pipeline` that runs any stages of the RSR graph::
+:mod:`rsr_async.sandbox.backends`), one runner per job kind, and the
+:class:`~rsr_async.engine.Engine` on the run directory, and yields a :class:`Pipeline`
+that runs any stages of the RSR graph::
 
     async with open_pipeline(config, run_dir="runs/x") as pipeline:
         async for result in pipeline.run(tasks, stages=("discover", "rewrite", "verify")):

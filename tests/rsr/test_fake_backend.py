@@ -137,3 +137,22 @@ def test_tasks_validate_goes_through_the_backend_table() -> None:
     for name in TASKS[:2]:
         (row,) = [line for line in done.stdout.splitlines() if line.startswith(name)]
         assert row.split()[3:5] == ["1.00", "0.00"] and row.endswith("ok"), row
+
+
+@pytest.mark.slow
+def test_ray_actors_open_the_fake_backend_through_the_same_table(tmp_path: Path) -> None:
+    """``run --ray local``: the episode actor opens its runtime from ``sandbox.backend``,
+    as the one-process run does; no Docker is reachable, so none was used."""
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [PYTHON, "-m", "rsr_async", "run", "--ray", "local", "--dataset", str(BUNDLED_SUITE / TASKS[0]),
+         "--attempts", "2", "--progress", "none", "--run-dir", str(run_dir),
+         "--set", 'run.harnesses=["terminus2","statem"]', "--set", "sandbox.backend=fake", "--set", NO_DOCKER],
+        cwd=REPO, env=run_cli_env(), capture_output=True, text=True, timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ray: 1 episode actors on 1 nodes" in done.stderr
+    with Store.open_readonly(run_dir) as store:
+        results = list(store.outputs(EpisodeResult, stage="discover"))
+    assert sorted(r.key.harness for r in results) == ["statem", "statem", "terminus2", "terminus2"]
+    assert {r.verifier_output for r in results} <= {"solution matched\n", "solution missing\n"}

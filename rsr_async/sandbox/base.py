@@ -161,8 +161,8 @@ class Sandbox(Protocol):
 
     @property
     def url(self) -> str | None:
-        """The host the sandbox runs on (shown to users; the episode lists its task's image
-        there for the leak audit); None for a backend without hosts."""
+        """The host the sandbox runs on (Docker: its daemon's URL), where the episode lists
+        the task's image for the leak audit; None for a backend without hosts."""
         ...
 
     async def run(

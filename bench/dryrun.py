@@ -8,7 +8,8 @@ SQLite store in one run directory, the pipeline's job graph (discover → plan �
 → execute → audit, through :func:`~rsr_async.rsr.runtime.open_pipeline`), the Terminus 2
 harness, and the model client talking HTTP to the embedded SGLang simulator with the
 scripted stand-in model (latency model set near zero, so the run is CPU-bound). The
-sandboxes are :class:`rsr_async.testing.FakeSandboxPool`'s in-process fakes: the
+sandboxes are the ``fake`` backend's (``sandbox.backend = "fake"``:
+:class:`rsr_async.testing.FakeSandboxPool`), in-process fakes: the
 harness's shell I/O on a virtual clock, and a verifier that gives full marks when the
 agent typed the task's reference solution. The scripted model is a TEST DOUBLE: pass
 rates here measure nothing but the engine.
@@ -97,6 +98,7 @@ def _settings(args: argparse.Namespace, tasks: int) -> list[str]:
         "sim.prefill_us_per_token=0",
         "sim.decode_us_per_token=1",
         "engine.progress=none",
+        "sandbox.backend=fake",
     ]
 
 
@@ -131,14 +133,10 @@ def _worker(args: argparse.Namespace) -> int:
 async def _head(config: Any, tasks: Any, run_dir: Path, tasks_list: Path, sim_servers: int) -> tuple[int, int]:
     from rsr_async.engine.signals import exit_code, shutdown_on_signals
     from rsr_async.rsr.runtime import open_pipeline
-    from rsr_async.testing import FakeSandboxPool
 
     done = 0
-    async with (
-        FakeSandboxPool() as pool,
-        open_pipeline(config, run_dir=run_dir, tasks_dir=tasks_list, sim_servers=sim_servers,
-                      progress="none", pool=pool) as pipeline,
-    ):
+    async with open_pipeline(config, run_dir=run_dir, tasks_dir=tasks_list, sim_servers=sim_servers,
+                             progress="none") as pipeline:
         async with shutdown_on_signals(pipeline.engine) as signals:
             async for _ in pipeline.run(tasks, stages=config.run.stages, allow_scripted=True):
                 done += 1

@@ -308,7 +308,6 @@ async def engine_phase(urls: list[str], worker_urls: list[str], *, attempts: int
     from rsr_async.rsr.commands import write_task_list
     from rsr_async.rsr.runtime import open_pipeline
     from rsr_async.tasks.dataset import BUNDLED_SUITE, load_dataset
-    from rsr_async.testing import FakeSandboxPool
 
     dataset = load_dataset([str(BUNDLED_SUITE)])
     settings = [
@@ -316,7 +315,7 @@ async def engine_phase(urls: list[str], worker_urls: list[str], *, attempts: int
         "llm.max_new_tokens=256", "llm.total_timeout_s=600", "llm.read_timeout_s=600",
         f"run.attempts={attempts}", f"run.concurrency={concurrency}",
         'run.harnesses=["terminus2"]', 'run.stages=["discover"]',
-        f"harness.max_turns={max_turns}", "engine.progress=none",
+        f"harness.max_turns={max_turns}", "engine.progress=none", "sandbox.backend=fake",
     ]
     config = load_config([], settings)
     episodes = 0
@@ -326,11 +325,8 @@ async def engine_phase(urls: list[str], worker_urls: list[str], *, attempts: int
         tasks_list = write_task_list(dataset.tasks, run_dir)
         before = await token_counters(worker_urls)
         started = time.monotonic()
-        async with (
-            FakeSandboxPool() as pool,
-            open_pipeline(config, run_dir=run_dir, tasks_dir=tasks_list, progress="none",
-                          pool=pool) as pipeline,
-        ):
+        async with open_pipeline(config, run_dir=run_dir, tasks_dir=tasks_list,
+                                 progress="none") as pipeline:
             async for _ in pipeline.run(dataset.tasks, stages=config.run.stages):
                 episodes += 1
             stats = pipeline.engine.statistics()

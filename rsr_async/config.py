@@ -133,10 +133,15 @@ class RunConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
 
 
 class SandboxConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Docker sandboxes."""
+    """Sandboxes: which backend runs them, and the Docker backend's settings."""
 
     section: ClassVar[str] = "sandbox"
 
+    backend: str = "docker"
+    """Which sandboxes run the episodes, by name in :data:`rsr_async.sandbox.backends.BACKENDS`:
+    ``docker`` (containers on ``docker_urls``) or ``fake`` (in-process fakes that grade by
+    what the agent typed: a test double, never a model's results). An unknown name is
+    refused, naming the known ones, before anything starts."""
     docker_urls: tuple[str, ...] = ("unix:///var/run/docker.sock",)
     """Docker hosts (unix:// or tcp://); episodes spread over them by load."""
     base_image: str = "rsr-base:bookworm"

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 __all__ = [
+    "ADDED_KEYS",
     "OPERATIONAL_KEYS",
     "STAGE_SCOPED",
     "config_changes",
@@ -71,6 +72,10 @@ OPERATIONAL_KEYS: Final = frozenset(
 run, not what is computed (a whole section, or one ``section.key``). Everything else must
 match (see :func:`resume_view`)."""
 
+ADDED_KEYS: Final[Mapping[str, Any]] = {"sandbox.backend": "docker"}
+"""Settings added after runs were stored, with the value those runs implicitly used: left
+out of the resume check (and of the default run directory's hash) while they hold that
+value, so a run stored before them resumes, and compared once set to anything else."""
 STAGE_SCOPED: Final = frozenset({"rsr"})
 """Config sections whose keys only later stages depend on: left out of the run-wide
 check (and of the default run directory's hash) and checked per stage instead
@@ -100,6 +105,7 @@ def resume_view(config: Mapping[str, Any]) -> dict[str, Any]:
         for key, value in sorted(flat.items())
         if key not in OPERATIONAL_KEYS
         and key.split(".", 1)[0] not in OPERATIONAL_KEYS
+        and (key not in ADDED_KEYS or value != ADDED_KEYS[key])
         and key.split(".", 1)[0] not in STAGE_SCOPED
     }
 

@@ -5,9 +5,9 @@ They stand in for the *other* layers of whatever is under test, never for it:
 - :class:`FakeShell` / :class:`FakeShellSandbox`: an in-process shell and sandbox (a tiny
   interpreter on a virtual clock) for harness tests;
 - :class:`FakeSandboxPool`: a sandbox pool of such sandboxes that also answer the hidden
-  verifier (full marks when the agent typed the task's reference solution), passed to
-  :func:`~rsr_async.rsr.runtime.open_pipeline` as ``pool`` to run the whole engine
-  without Docker (``bench dryrun``);
+  verifier (full marks when the agent typed the task's reference solution): the ``fake``
+  sandbox backend (``sandbox.backend = "fake"``), to run the whole engine without Docker
+  (``bench dryrun``);
 - :class:`ReplayModel`: a ChatModel replaying canned replies (and recording every call);
 - :class:`ScriptedModel`: the scripted stand-in model that types a task's reference
   solution with a seeded probability. It is a **test double**: its pass rates are never

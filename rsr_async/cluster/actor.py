@@ -2,15 +2,16 @@
 
 This module does not import Ray; :mod:`.ray_backend` wraps :class:`EpisodeActor` with
 ``ray.remote`` when a run asks for Ray. Each actor owns what its node has: the node's
-Docker host(s) (``sandbox.docker_urls`` as the node sees them, by default its own
-socket) and its share of the model servers, and opens them exactly as a one-machine
-run does (the :class:`OpenRuntime` it is handed, the pipeline's ``episode_runtime``):
-probe the model servers, bootstrap the base image when missing, open a sandbox pool.
+sandbox host(s) (for Docker, ``sandbox.docker_urls`` as the node sees them, by default
+its own socket) and its share of the model servers, and opens them exactly as a
+one-machine run does (the :class:`OpenRuntime` it is handed, the pipeline's
+``episode_runtime``): probe the model servers, prepare the ``sandbox.backend`` (Docker:
+the base image when missing), open its sandbox provider.
 
-The pool of actor ``i`` labels its containers with the run's id plus ``-a<i>``, so two
-actors on one Docker host never sweep each other's sandboxes, and a later run's actor
-``i`` recognises its predecessor's leftovers. Its run directory is node-local scratch
-(the head keeps the run directory and the store).
+The provider of actor ``i`` labels its sandboxes with the run's id plus ``-a<i>``, so two
+actors on one host never sweep each other's sandboxes, and a later run's actor ``i``
+recognises its predecessor's leftovers. Its run directory is node-local scratch (the
+head keeps the run directory and the store).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import msgspec
 
 from ..config import Config
 from ..errors import HarnessError, RsrError
+from ..sandbox.backends import sandbox_backend
+from ..sandbox.base import SandboxProvider
 from .worker import RemoteRunner, sleeping_runner
 
 __all__ = ["EpisodeActor", "NodeRuntime", "OpenRuntime", "actor_run_id"]
@@ -93,7 +96,7 @@ class EpisodeActor:
         self._trivial_latency_s = trivial_latency_s
         self._open_runtime = runtime
         self._runner: RemoteRunner | None = None
-        self._pool: Any = None
+        self._pool: SandboxProvider | None = None
         self._started = asyncio.Event()
         self._stopping = asyncio.Event()
         self._error: BaseException | None = None
@@ -166,18 +169,9 @@ class EpisodeActor:
         return await self._serving().cancel(keys)
 
     async def sweep(self, run_ids: list[str]) -> int:
-        """Remove every container of ``run_ids`` (lost actors' pools) on this actor's
-        Docker hosts; returns how many were removed."""
-        from ..sandbox import sweep
-
-        removed = 0
-        for run_id in run_ids:
-            found = await sweep(
-                self._config.sandbox.docker_urls, run_id=run_id, everything_of_run=True,
-                timeout_s=self._config.sandbox.api_timeout_s,
-            )
-            removed += sum(item.removed for item in found)
-        return removed
+        """Remove every sandbox of ``run_ids`` (lost actors' pools) on this actor's
+        hosts, through its ``sandbox.backend``; returns how many were removed."""
+        return await sandbox_backend(self._config.sandbox).sweep(run_ids)
 
     async def stop(self) -> None:
         """Cancel what runs, close the runtime (its sandboxes are removed), and return."""

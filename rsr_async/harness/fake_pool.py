@@ -1,12 +1,16 @@
-"""A fake sandbox pool: the whole engine without Docker (tests, ``bench dryrun``).
+"""The fake sandbox backend: the whole engine without Docker (tests, ``bench dryrun``).
 
-:class:`FakeSandboxPool` satisfies :class:`~rsr_async.sandbox.base.SandboxProvider`, the
-``pool`` that :func:`rsr_async.rsr.runtime.open_pipeline` takes as its test seam. Each
-episode gets a :class:`FakeTaskSandbox`: a
+``sandbox.backend = "fake"`` (:data:`rsr_async.sandbox.backends.BACKENDS`) makes the
+runtime open a :class:`FakeSandboxPool` through :class:`FakeBackend` where it would open
+the Docker pool, by the same path: the runtime, the Ray actors and ``tasks validate``
+cannot tell. :class:`FakeSandboxPool` satisfies
+:class:`~rsr_async.sandbox.base.SandboxProvider`. Each episode gets a
+:class:`FakeTaskSandbox`: a
 :class:`~rsr_async.harness.fakes.FakeShellSandbox` (the harness's shell I/O on
 :class:`~rsr_async.harness.fakes.FakeShell`'s virtual clock, so waits cost no time) that
 also runs the hidden verifier's tests (:meth:`FakeTaskSandbox.run_hidden`): full marks
-when the agent typed every command line of the task's reference solution
+when the agent typed (or :meth:`~FakeTaskSandbox.run` ran, as ``tasks validate``'s oracle
+does) every command line of the task's reference solution
 (``solution/solve.sh``; blank lines, comments and the shebang aside), else 0, as a
 ``reward.txt`` (Harbor tasks) or a pytest summary (terminal-bench tasks). So pass or fail
 follows what the model did: the scripted stand-in passes exactly when it types the
@@ -23,7 +27,7 @@ knows the verifier's commands, which the sandbox room never imports.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
@@ -31,12 +35,20 @@ from types import TracebackType
 import anyio
 from anyio.lowlevel import checkpoint
 
-from ..sandbox.base import HiddenReport, HiddenRun
-from ..sandbox.pool import SandboxStats
+from ..config import SandboxConfig
+from ..sandbox.base import (
+    ExecResult,
+    HiddenReport,
+    HiddenRun,
+    Sandbox,
+    SandboxBackend,
+    SandboxProvider,
+    SandboxStats,
+)
 from ..schema import ImageFiles, Task
 from .fakes import FakeShell, FakeShellSandbox, _read_tree
 
-__all__ = ["FakeSandboxPool", "FakeTaskSandbox"]
+__all__ = ["FakeBackend", "FakeSandboxPool", "FakeTaskSandbox"]
 
 class FakeTaskSandbox(FakeShellSandbox):
     """One episode's fake sandbox: the agent's fake shell plus the verifier's answers."""
@@ -45,10 +57,29 @@ class FakeTaskSandbox(FakeShellSandbox):
         super().__init__(FakeShell(), id=id)
         self._pool = pool
         self._task = task
+        self.ran: list[str] = []
+        """What :meth:`run` ran: each command, and the text of each script it named."""
 
     def typed(self) -> str:
-        """Every keystroke batch the agent sent, over all its shells, in order."""
-        return "\n".join(keys for shell in self.shells for keys in shell.sent)
+        """Every keystroke batch the agent sent, over all its shells, in order, then what
+        :meth:`run` ran."""
+        return "\n".join([*(keys for shell in self.shells for keys in shell.sent), *self.ran])
+
+    async def run(
+        self,
+        command: str,
+        *,
+        time_limit: float,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        """Through the fake interpreter (:meth:`FakeShellSandbox.run`); what it runs counts
+        toward the grade as if typed: the command, and any of the sandbox's files it names
+        (``bash FILE``: how ``tasks validate`` runs the reference solution)."""
+        files = self.current.files
+        self.ran += [command, *(files[word] for word in command.split() if word in files)]
+        return await super().run(command, time_limit=time_limit, env=env, workdir=workdir, user=user)
 
     async def upload(self, local: Path, remote: str) -> None:
         """Copy a local file or directory into the in-memory files (read once per pool)."""
@@ -69,11 +100,13 @@ class FakeTaskSandbox(FakeShellSandbox):
 class FakeSandboxPool:
     """A :class:`~rsr_async.sandbox.base.SandboxProvider` of :class:`FakeTaskSandbox`.
 
-    ::
+    ``sandbox.backend = "fake"`` opens one for a run (:class:`FakeBackend`)::
 
-        async with FakeSandboxPool() as pool, open_pipeline(config, run_dir=d, pool=pool) as p:
+        config = load_config(values={"sandbox": {"backend": "fake"}})
+        async with open_pipeline(config, run_dir=d) as p:
             async for result in p.run(tasks, stages=("discover", "rewrite", "verify")):
                 ...
+            p.runtime.pool  # this FakeSandboxPool
 
     Counts sandboxes like the Docker pool does (:meth:`statistics`) and episodes graded
     (``graded``). Tasks' reference solutions and test files are read once, in a worker
@@ -111,6 +144,11 @@ class FakeSandboxPool:
             yield FakeTaskSandbox(self, task, id=f"fake-{self._started}")
         finally:
             self._live -= 1
+
+    async def ensure_image(self, task: Task) -> str:
+        """Nothing to build: a fake sandbox has no image. Its name, for the record."""
+        await checkpoint()
+        return f"fake:{task.name}"
 
     async def prewarm(self, task: Task, count: int | None = None) -> int:
         """Nothing to start ahead: a fake sandbox costs nothing."""
@@ -150,6 +188,38 @@ class FakeSandboxPool:
         if tree is None:
             tree = self._trees[(local, remote)] = await anyio.to_thread.run_sync(_read_tree, local, remote)
         return tree
+
+
+class FakeBackend:
+    """``sandbox.backend = "fake"``: a :class:`FakeSandboxPool` per run, and no host to
+    prepare, check or sweep (nothing a fake starts outlives its pool)."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+
+    async def prepare(self, *, force: bool = False, log: Callable[[str], None] | None = None) -> None:
+        """No base image: nothing to prepare."""
+        await checkpoint()
+
+    def open(self, *, run_id: str, run_dir: Path | None = None) -> FakeSandboxPool:
+        """A fresh :class:`FakeSandboxPool` (``run_id`` and ``run_dir`` label nothing)."""
+        return FakeSandboxPool()
+
+    async def check_tasks(self, tasks: Sequence[Task]) -> None:
+        """Every task runs as it asks: a fake has no disk, memory or CPUs to cap."""
+        await checkpoint()
+
+    async def sweep(self, run_ids: Sequence[str]) -> int:
+        """Nothing to remove: a fake sandbox lives in its pool's process only."""
+        await checkpoint()
+        return 0
+
+
+def _implements_the_contract(
+    backend: FakeBackend, pool: FakeSandboxPool, sandbox: FakeTaskSandbox, plain: FakeShellSandbox
+) -> tuple[SandboxBackend, SandboxProvider, Sandbox, Sandbox]:
+    """Never called: mypy checks here that the fakes satisfy the base protocols."""
+    return backend, pool, sandbox, plain
 
 
 def _solution_lines(task: Task) -> tuple[str, ...]:

@@ -231,6 +231,15 @@ class FakeShellSandbox:
     def id(self) -> str:
         return self._id
 
+    @property
+    def url(self) -> None:
+        """A fake runs on no host."""
+        return None
+
+    async def stopped_by_agent(self) -> None:
+        """A fake has no main process for the agent to kill: it never stops."""
+        await checkpoint()
+
     async def shell(self) -> FakeShell:
         """The current shell, or a new one on the same files if it exited."""
         if not self.current.alive:

@@ -9,13 +9,13 @@ Infrastructure failures (Docker, image builds, model servers, a verifier that pr
 no reward) propagate as :class:`~rsr_async.errors.InfraError`, so the engine stores them
 as ``infra_error`` and retries them within budget; they never count as the model failing.
 
-What the model did to its own sandbox is the model's outcome, though: a container that
-stopped while the daemon still answers, with no ``kill``/``stop`` event from Docker (the
-agent typed ``kill -9 -1``, which takes the container's main process with it), is graded
-``failed`` with end reason ``error`` and says so, instead of being retried as
-infrastructure. A container Docker was asked to stop (``docker kill``, ``docker stop``,
-a daemon shutting down) or that was OOM-killed stays infrastructure (for OOM, the task's
-memory limit is the one to raise).
+What the model did to its own sandbox is the model's outcome, though: a sandbox the
+agent stopped itself (it typed ``kill -9 -1``, which takes the container's main process
+with it), as its backend tells (:meth:`~rsr_async.sandbox.base.Sandbox.stopped_by_agent`),
+is graded ``failed`` with end reason ``error`` and says so, instead of being retried as
+infrastructure. A sandbox the infrastructure stopped (``docker kill``, ``docker stop``, a
+daemon shutting down, an OOM kill) stays infrastructure (for OOM, the task's memory limit
+is the one to raise).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from ..harness.rsrt import DEFAULT_WALL_CLOCK_S
 from ..llm.base import ChatModel
 from ..phases import PhaseMeans, phase, recording
 from ..sandbox.base import Sandbox, SandboxProvider
-from ..sandbox.container import DockerSandbox
 from ..schema import EndReason, EpisodeResult, EpisodeSpec, ImageFiles, Task, Trajectory
 from ..tasks.verifier import Verification, grade
 from .steps import StepDeps, run_steps
@@ -67,24 +66,14 @@ _BACKSTOP_S = 30.0
 
 
 async def _stopped_by_agent(sandbox: Sandbox) -> str | None:
-    """Why the episode's container is gone, when the agent stopped it; None when it still
-    runs, was OOM-killed, or Docker cannot tell (then the error at hand is infrastructure)."""
-    if not isinstance(sandbox, DockerSandbox):
-        return None
+    """Why the episode's sandbox is gone, when the agent stopped it; None when it still
+    runs, the infrastructure stopped it, or the backend cannot tell in time (then the
+    error at hand is infrastructure)."""
     try:
         with anyio.fail_after(_BACKSTOP_S):
-            state = await sandbox.state()
-            if state.running or state.oom_killed:
-                return None
-            if await sandbox.stopped_through_docker():
-                return None  # docker kill/stop/rm, a daemon shutting down: not the agent
+            return await sandbox.stopped_by_agent()
     except (SandboxError, TimeoutError):
         return None
-    return (
-        f"the sandbox's container stopped during the episode ({state.status}, exit code "
-        f"{state.exit_code}): the agent killed the container's main process (e.g. with "
-        "`kill -9 -1`), so nothing was left to grade"
-    )
 
 
 class EpisodeRunner:
@@ -163,7 +152,7 @@ class EpisodeRunner:
             return EpisodeOutcome(trajectory=last, end_reason=reason, turns=turns, usage=last.usage(), error=error)
 
         async with self._pool.sandbox(spec.task, key=str(spec.key)) as sandbox:
-            url = sandbox.url if isinstance(sandbox, DockerSandbox) else None  # a fake has no host
+            url = sandbox.url  # where the image is listed for the audit (None: no host)
             outcome: EpisodeOutcome | None = None
             verification: Verification | None = None
             killed: str | None = None  # why the agent's container is gone, when it killed it

@@ -3,9 +3,10 @@
 :func:`open_pipeline` is the one function the CLI and embedding programs use. It opens
 the model side (the configured SGLang servers or router, or embedded simulator
 subprocesses with the scripted stand-in model when none is configured), the sandbox
-side (a :class:`~rsr_async.sandbox.SandboxPool` labelled with the run's id), one runner
-per job kind, and the :class:`~rsr_async.engine.Engine` on the run directory, and
-yields a :class:`Pipeline` that runs any stages of the RSR graph::
+side (a provider from the backend ``sandbox.backend`` names, labelled with the run's id:
+:mod:`rsr_async.sandbox.backends`), one runner per job kind, and the
+:class:`~rsr_async.engine.Engine` on the run directory, and yields a :class:`Pipeline`
+that runs any stages of the RSR graph::
 
     async with open_pipeline(config, run_dir="runs/x") as pipeline:
         async for result in pipeline.run(tasks, stages=("discover", "rewrite", "verify")):
@@ -32,19 +33,12 @@ import msgspec
 
 from ..config import Config, SandboxConfig
 from ..engine import Engine, Job, JobRunner, ProgressSink, Store
-from ..errors import (
-    ConfigError,
-    ConfigMismatchError,
-    DockerUnavailableError,
-    InfraError,
-    LLMConnectionError,
-)
+from ..errors import ConfigError, ConfigMismatchError, InfraError, LLMConnectionError
 from ..llm import ModelRouter, spawn_sim_servers
 from ..llm.base import SCRIPTED_MARK
 from ..phases import LIVE_PHASES
-from ..sandbox import SandboxPool, bootstrap_base_image
+from ..sandbox.backends import sandbox_backend
 from ..sandbox.base import SandboxProvider
-from ..sandbox.hosts import DockerHost
 from ..schema import EpisodeSpec, JobResult, Task
 from .discover import discover_jobs
 from .episode import EpisodeRunner
@@ -73,8 +67,8 @@ class EpisodeRuntime(msgspec.Struct, frozen=True, kw_only=True):
     """One runner per job kind: ``episode``, ``plan``, ``critique``, ``audit``."""
     model: ModelRouter
     pool: SandboxProvider | None
-    """This process's sandbox pool (or the test double passed as ``pool``); None on a Ray
-    run's head (the actors own them)."""
+    """This process's sandbox provider (from the backend ``sandbox.backend`` names); None
+    on a Ray run's head (the actors own them)."""
     scripted: bool
     """True when the answers come from the scripted stand-in (a test double)."""
     gauges: dict[str, Callable[[], float]]
@@ -150,30 +144,28 @@ async def episode_runtime(
     sim_servers: int = 1,
     on_notice: Callable[[str], None] | None = None,
     run_id: str | None = None,
-    pool: SandboxProvider | None = None,
 ) -> AsyncIterator[EpisodeRuntime]:
     """Open the model and sandbox sides for ``config``; close both on exit.
 
     ``tasks_dir`` tells embedded simulators where the tasks' reference solutions are
     (the scripted stand-in types them). ``on_notice`` receives the line saying that the
     scripted stand-in is in use, and the warning naming servers down at the start.
-    ``run_id`` labels the pool's containers (default: :func:`run_id_for` ``run_dir``).
-    ``pool`` is the test seam: a sandbox provider to use instead of opening a Docker
-    :class:`~rsr_async.sandbox.SandboxPool` (no base image, no Docker); the caller
-    opens and closes it (:class:`rsr_async.testing.FakeSandboxPool`).
+    ``run_id`` labels the provider's sandboxes (default: :func:`run_id_for` ``run_dir``).
+    The sandboxes come from the backend ``sandbox.backend`` names (Docker, or ``fake`` for
+    tests: :mod:`rsr_async.sandbox.backends`); an unknown name fails before anything opens.
 
-    The model side (:func:`model_side`) is opened and probed before the base image or
-    any sandbox.
+    The model side (:func:`model_side`) is opened and probed before the backend is
+    prepared (Docker: the base image) or any sandbox started.
     """
+    backend = sandbox_backend(config.sandbox)
     async with AsyncExitStack() as stack:
         model, scripted = await stack.enter_async_context(
             model_side(config, tasks_dir=tasks_dir, sim_servers=sim_servers, on_notice=on_notice)
         )
-        if pool is None:
-            await bootstrap_base_image(config.sandbox)  # idempotent: skips when the image exists
-            pool = await stack.enter_async_context(
-                SandboxPool(config.sandbox, run_id=run_id or run_id_for(run_dir), run_dir=run_dir)
-            )
+        await backend.prepare()  # idempotent: Docker skips the base image when it exists
+        pool = await stack.enter_async_context(
+            backend.open(run_id=run_id or run_id_for(run_dir), run_dir=run_dir)
+        )
         sandboxes = pool  # bound for the gauges' closures
         episodes = EpisodeRunner(
             pool=pool,
@@ -201,38 +193,12 @@ async def episode_runtime(
 
 
 async def check_storage_caps(sandbox: SandboxConfig, tasks: Sequence[Task]) -> None:
-    """Refuse, before anything starts, tasks that set ``storage_mb`` where no cap can hold it.
-
-    A Docker host whose storage driver takes no ``StorageOpt size`` caps only ``/tmp``
-    (the pool mounts a tmpfs there); the rest of the container's writable layer is
-    unlimited, so a task's ``storage_mb`` would be a promise not kept. Unless
-    ``sandbox.allow_uncapped_storage`` opts in, such a run is a
-    :class:`~rsr_async.errors.ConfigError` naming the tasks and the hosts. A host that
-    does not answer is left to the pool, which reports it when it opens.
-    """
-    wanting = [task.name for task in tasks if task.storage_mb]
-    if not wanting or sandbox.allow_uncapped_storage:
-        return
-    uncapped: list[str] = []
-    for url in sandbox.docker_urls:
-        host = DockerHost(url, starts_per_s=sandbox.starts_per_s, max_concurrent_starts=1)
-        try:
-            await host.probe_storage(min(sandbox.api_timeout_s, 15.0))
-        except DockerUnavailableError:
-            continue
-        finally:
-            await host.close()
-        if not host.storage_quota:
-            uncapped.append(f"{url} (storage driver {host.storage_driver or 'unknown'!r})")
-    if uncapped:
-        shown = ", ".join(wanting[:3]) + (f" and {len(wanting) - 3} more" if len(wanting) > 3 else "")
-        raise ConfigError(
-            f"{len(wanting)} task(s) set storage_mb ({shown}), but Docker on {', '.join(uncapped)} "
-            "cannot cap a container's disk (StorageOpt size needs overlay2 on xfs with pquota, "
-            "devicemapper, btrfs or zfs): only /tmp would be capped. Nothing was started. Run on "
-            "such a host, or pass --set sandbox.allow_uncapped_storage=true to run them with "
-            "only /tmp capped"
-        )
+    """Refuse, before anything starts, tasks the sandbox hosts cannot run as they ask:
+    the backend's :meth:`~rsr_async.sandbox.base.SandboxBackend.check_tasks` (for Docker,
+    ``storage_mb`` on a storage driver that cannot cap a container's disk, unless
+    ``sandbox.allow_uncapped_storage`` opts in). A :class:`~rsr_async.errors.ConfigError`
+    naming the tasks and the hosts; an unknown ``sandbox.backend`` fails here too."""
+    await sandbox_backend(sandbox).check_tasks(tasks)
 
 
 async def prewarm_wave(pool: SandboxProvider, jobs: Sequence[Job]) -> int:
@@ -321,24 +287,18 @@ async def open_pipeline(
     force: bool = False,
     progress: ProgressSink | Literal["auto", "rich", "plain", "none"] | None = None,
     on_notice: Callable[[str], None] | None = None,
-    pool: SandboxProvider | None = None,
 ) -> AsyncIterator[Pipeline]:
     """Open the runtime (model side, sandbox pool, one runner per job kind) and the
     engine on ``run_dir`` together; close both on exit.
 
-    ``pool`` replaces the Docker sandbox pool (the test seam, as for
-    :func:`episode_runtime`): tests and ``bench dryrun`` pass a
-    :class:`rsr_async.testing.FakeSandboxPool` and keep everything else real.
+    The sandboxes come from the backend ``sandbox.backend`` names, here or on each Ray
+    actor: tests and ``bench dryrun`` set ``fake`` and keep everything else real.
 
     Refuses (:class:`~rsr_async.errors.ConfigMismatchError`) to mix two models'
     results in one run directory unless ``force``.
     """
     run_dir = Path(run_dir)
-    if config.cluster.ray_address and pool is not None:
-        raise ConfigError(
-            "a sandbox pool was passed, but cluster.ray_address asks for Ray, whose actors open "
-            "their own pools; leave cluster.ray_address empty to use the pool given"
-        )
+    sandbox_backend(config.sandbox)  # an unknown name fails here, before anything starts
     if config.cluster.ray_address:
         from .cluster_runtime import cluster_runtime  # Ray only when a run asks for it
 
@@ -352,7 +312,6 @@ async def open_pipeline(
             tasks_dir=tasks_dir,
             sim_servers=sim_servers,
             on_notice=on_notice,
-            pool=pool,
         )
     async with (
         opened as runtime,

@@ -1,6 +1,10 @@
 """Docker sandboxes: fresh, isolated containers with a persistent shell, over aiodocker.
 
 ```
+sandbox_backend(config)       the backend named by sandbox.backend (backends.BACKENDS)
+├── prepare() · check_tasks() · sweep()
+└── open(run_id=...)          a SandboxProvider: for Docker, the SandboxPool below
+
 SandboxPool (one per engine run, all Docker hosts)
 ├── ensure_image(task)        task image, built once per content hash
 ├── sandbox(task, key=...)    fresh container, removed on exit (shielded)
@@ -11,7 +15,9 @@ bootstrap_base_image()        offline base image (debootstrap + docker import)
 sweep()                       leftover labelled containers whose owner is gone
 ```
 
-The contract the rest of the engine codes against is :mod:`rsr_async.sandbox.base`.
+The contract the rest of the engine codes against is :mod:`rsr_async.sandbox.base`, and
+the one table of backends is :mod:`rsr_async.sandbox.backends`; nothing above this
+package imports the Docker modules.
 """
 
 from __future__ import annotations
@@ -19,17 +25,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .base import ExecResult, Sandbox, ShellSession
+from .backends import BACKENDS, sandbox_backend
+from .base import ExecResult, Sandbox, SandboxBackend, SandboxProvider, SandboxStats, ShellSession
 from .terminal import clean_output, parse_keystrokes, truncate_output
 
 if TYPE_CHECKING:
     from .container import ContainerState, DockerSandbox
     from .images import BASE_PACKAGES, bootstrap_base_image, task_image_tag
     from .ownership import LeftoverContainer, owner_gone, sweep
-    from .pool import SandboxPool, SandboxStats
+    from .pool import SandboxPool
     from .shell import DockerShell
 
 __all__ = [
+    "BACKENDS",
     "BASE_PACKAGES",
     "ContainerState",
     "DockerSandbox",
@@ -37,13 +45,16 @@ __all__ = [
     "ExecResult",
     "LeftoverContainer",
     "Sandbox",
+    "SandboxBackend",
     "SandboxPool",
+    "SandboxProvider",
     "SandboxStats",
     "ShellSession",
     "bootstrap_base_image",
     "clean_output",
     "owner_gone",
     "parse_keystrokes",
+    "sandbox_backend",
     "sweep",
     "task_image_tag",
     "truncate_output",
@@ -61,7 +72,6 @@ _HOME = {
     "owner_gone": ".ownership",
     "sweep": ".ownership",
     "SandboxPool": ".pool",
-    "SandboxStats": ".pool",
     "DockerShell": ".shell",
 }
 

@@ -2,7 +2,10 @@
 
 The Docker implementation and the fakes in ``rsr_async.testing`` both satisfy these
 protocols. A harness sees only :class:`ShellSession`; a verifier sees :class:`Sandbox`;
-the episode runner gets its sandboxes from a :class:`SandboxProvider`.
+the episode runner gets its sandboxes from a :class:`SandboxProvider`; the runtime, the
+Ray actors and ``tasks validate`` open providers through a :class:`SandboxBackend`, looked
+up by the name in ``sandbox.backend`` (:mod:`rsr_async.sandbox.backends`). Nothing above
+``sandbox/`` needs more than this module to run episodes, whichever backend runs them.
 """
 
 from __future__ import annotations
@@ -15,12 +18,22 @@ import msgspec
 from ..errors import SandboxError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from ..schema import ImageFiles, Task
-    from .pool import SandboxStats
 
-__all__ = ["CopyUnavailableError", "ExecResult", "HiddenReport", "HiddenRun", "Sandbox", "SandboxProvider", "ShellSession"]
+__all__ = [
+    "CopyUnavailableError",
+    "ExecResult",
+    "HiddenReport",
+    "HiddenRun",
+    "Sandbox",
+    "SandboxBackend",
+    "SandboxProvider",
+    "SandboxStats",
+    "ShellSession",
+]
 
 
 class CopyUnavailableError(SandboxError):
@@ -96,6 +109,25 @@ class HiddenReport(msgspec.Struct, frozen=True, kw_only=True):
     after it (cleaning up, reading the logs and reward), as the run measured them."""
 
 
+class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of a :class:`SandboxProvider`'s counters (:meth:`~SandboxProvider.statistics`)."""
+
+    live: int
+    peak_live: int
+    started: int
+    removed: int
+    start_failures: int
+    remove_failures: int
+    images_built: int
+    warm: int
+    images_shipped: int = 0
+    """Images copied from one host to another that lacked them."""
+    hosts_down: tuple[str, ...] = ()
+    """Hosts out of placement now (they stopped answering)."""
+    per_host: dict[str, int]
+    """Live sandboxes per host URL (empty for a backend without hosts)."""
+
+
 class ShellSession(Protocol):
     """One persistent interactive bash on a pty: what the agent types into."""
 
@@ -143,6 +175,12 @@ class Sandbox(Protocol):
     @property
     def id(self) -> str: ...
 
+    @property
+    def url(self) -> str | None:
+        """The host the sandbox runs on (Docker: its daemon's URL), where the episode lists
+        the task's image for the leak audit; None for a backend without hosts."""
+        ...
+
     async def run(
         self,
         command: str,
@@ -175,14 +213,28 @@ class Sandbox(Protocol):
         :class:`~rsr_async.errors.SandboxError` when the run cannot be set up or is cut off."""
         ...
 
+    async def stopped_by_agent(self) -> str | None:
+        """Why the sandbox is gone, when the agent's own doing stopped it (it killed the
+        sandbox's main process, e.g. with ``kill -9 -1``): then the episode is graded
+        ``failed`` with this text instead of being retried as infrastructure. None when
+        it still runs, when the infrastructure stopped it (out of memory, the backend
+        told to stop it, a host shutting down) or when the backend cannot tell; raises
+        :class:`~rsr_async.errors.SandboxError` when asking fails (also: cannot tell)."""
+        ...
+
 
 class SandboxProvider(Protocol):
-    """Where episodes get their sandboxes: the Docker :class:`~rsr_async.sandbox.SandboxPool`,
-    or a test double (:class:`rsr_async.testing.FakeSandboxPool`) handed to
-    :func:`rsr_async.rsr.runtime.open_pipeline` as ``pool``."""
+    """Where episodes get their sandboxes, for one run: what :meth:`SandboxBackend.open`
+    yields (the Docker :class:`~rsr_async.sandbox.SandboxPool`, the fake
+    :class:`rsr_async.testing.FakeSandboxPool`)."""
 
     def sandbox(self, task: Task, *, key: str) -> AbstractAsyncContextManager[Sandbox]:
         """A fresh sandbox for the episode ``key`` of ``task``, removed on exit."""
+        ...
+
+    async def ensure_image(self, task: Task) -> str:
+        """Make ``task``'s environment ready to start (build or find its image); its name.
+        Raises :class:`~rsr_async.errors.InfraError` naming the task when it cannot."""
         ...
 
     async def prewarm(self, task: Task, count: int | None = None) -> int:
@@ -196,4 +248,41 @@ class SandboxProvider(Protocol):
     async def image_files(self, task: Task, *, url: str | None = None) -> ImageFiles:
         """What ``task``'s image holds beyond the base image (for the leak audit), listed
         on the sandbox host ``url`` (None: any); raises ``SandboxError`` when it fails."""
+        ...
+
+
+class SandboxBackend(Protocol):
+    """One kind of sandbox (Docker today; the fake for tests; Kubernetes or a cloud
+    sandbox later), bound to the ``sandbox`` settings it was made with.
+
+    :func:`rsr_async.sandbox.backends.sandbox_backend` makes one from the name in
+    ``sandbox.backend``; the runtime, the Ray actors and ``tasks validate`` use nothing
+    else of a backend, so a new one is this protocol, :class:`SandboxProvider` and
+    :class:`Sandbox`, plus one line in :data:`~rsr_async.sandbox.backends.BACKENDS`.
+    """
+
+    async def prepare(self, *, force: bool = False, log: Callable[[str], None] | None = None) -> None:
+        """Make the hosts ready for runs (Docker: bootstrap the base image when it is
+        missing). Idempotent and quick when there is nothing to do; called by the runtime
+        before :meth:`open`, and by ``images bootstrap`` (``force``: redo it even when
+        ready; ``log``: progress lines for a person watching)."""
+        ...
+
+    def open(self, *, run_id: str, run_dir: Path | None = None) -> AbstractAsyncContextManager[SandboxProvider]:
+        """The provider of one run: its sandboxes are labelled ``run_id`` (stable per
+        run directory, so a rerun recognises its predecessor's leftovers, which it
+        removes); ``run_dir`` holds what proves the owner alive. Every sandbox it started
+        is gone when the context exits, however it exits."""
+        ...
+
+    async def check_tasks(self, tasks: Sequence[Task]) -> None:
+        """Refuse, before anything starts, tasks the hosts cannot run as they ask (e.g. a
+        disk cap the storage driver cannot hold): a :class:`~rsr_async.errors.ConfigError`
+        naming the tasks, the hosts and the setting that opts in. A host that does not
+        answer is left to :meth:`open`, which reports it."""
+        ...
+
+    async def sweep(self, run_ids: Sequence[str]) -> int:
+        """Remove every sandbox of ``run_ids`` (the pools of lost Ray actors), whatever
+        their owner's state; how many were removed."""
         ...

@@ -325,6 +325,24 @@ class DockerSandbox:
                 body = await response.text()
         return any(line.strip() for line in body.splitlines())
 
+    async def stopped_by_agent(self) -> str | None:
+        """Why the container is gone when the agent stopped it: it stopped while the daemon
+        still answers, not OOM-killed, with no ``kill``/``stop`` event from Docker (the
+        agent typed ``kill -9 -1``, which takes the container's main process with it).
+        None while it runs, after an OOM kill, or when Docker was asked to stop it
+        (``docker kill``/``stop``/``rm -f``, a daemon shutting down); raises
+        :class:`~rsr_async.errors.SandboxError` when Docker does not answer."""
+        state = await self.state()
+        if state.running or state.oom_killed:
+            return None
+        if await self.stopped_through_docker():
+            return None  # docker kill/stop/rm, a daemon shutting down: not the agent
+        return (
+            f"the sandbox's container stopped during the episode ({state.status}, exit code "
+            f"{state.exit_code}): the agent killed the container's main process (e.g. with "
+            "`kill -9 -1`), so nothing was left to grade"
+        )
+
     async def _check_alive(self) -> None:
         """Raise :class:`ContainerError` if the container itself died (OOM or otherwise)."""
         state = await self.state()

@@ -35,13 +35,13 @@ from typing import Any
 import aiodocker
 import anyio
 import anyio.abc
-import msgspec
 
 from .. import phases
 from ..config import SandboxConfig
 from ..errors import ContainerError, DockerUnavailableError, ImageError, SandboxError
 from ..run_lock import RunLock
 from ..schema import ImageFiles, Task
+from .base import SandboxStats
 from .compose import MAIN_SERVICE, ComposeService, ComposeSpec
 from .compose_wait import wait_for_service
 from .container import DockerSandbox, docker_errors, permanent_status
@@ -134,24 +134,6 @@ def _add_phase(name: str, since: float) -> None:
     phase ``name`` (see :mod:`rsr_async.phases`): for phases that span a ``yield``."""
     if (recorder := phases.current()) is not None:
         recorder.add(name, time.perf_counter() - since)
-
-
-class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of the pool's counters."""
-
-    live: int
-    peak_live: int
-    started: int
-    removed: int
-    start_failures: int
-    remove_failures: int
-    images_built: int
-    warm: int
-    images_shipped: int = 0
-    """Images copied from one host to another that lacked them."""
-    hosts_down: tuple[str, ...] = ()
-    """Docker hosts out of placement now (they stopped answering)."""
-    per_host: dict[str, int]
 
 
 class SandboxPool:

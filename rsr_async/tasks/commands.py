@@ -94,13 +94,13 @@ def _status(row: ValidationRow) -> str:
 
 
 def _validate(args: argparse.Namespace, dataset: Dataset) -> list[ValidationRow]:
-    from ..sandbox import SandboxPool  # Docker stack only when validating
+    from ..sandbox.backends import sandbox_backend  # the sandbox side only when validating
 
-    config = load_config(args.config, args.set).sandbox
+    backend = sandbox_backend(load_config(args.config, args.set).sandbox)
     run_id = f"tasks-validate-{uuid.uuid4().hex[:8]}"
 
     async def go() -> list[ValidationRow]:
-        async with SandboxPool(config, run_id=run_id) as pool:
+        async with backend.open(run_id=run_id) as pool:
             return await validate(dataset.tasks, pool, concurrency=args.concurrency)
 
     return anyio.run(go)

@@ -1,7 +1,10 @@
 """``python -m rsr_async images``: bootstrap the offline base image, build task images.
 
-It lives with the tasks, not in ``sandbox/``, because ``build`` loads task datasets:
-the sandbox room imports nothing above it."""
+Both go through the ``sandbox.backend`` (:mod:`rsr_async.sandbox.backends`): ``bootstrap``
+is the backend's :meth:`~rsr_async.sandbox.base.SandboxBackend.prepare` (Docker: the
+offline base image), ``build`` asks a provider for each task's image. It lives with the
+tasks, not in ``sandbox/``, because ``build`` loads task datasets: the sandbox room
+imports nothing above it."""
 
 from __future__ import annotations
 
@@ -11,10 +14,11 @@ import time
 import uuid
 
 import anyio
+import msgspec
 
 from ..config import add_config_arguments, load_config
 from ..errors import RsrError
-from ..sandbox.images import bootstrap_base_image
+from ..sandbox.backends import sandbox_backend
 
 __all__ = ["configure", "main"]
 
@@ -39,7 +43,6 @@ def _say(line: str) -> None:
 
 
 async def _build(args: argparse.Namespace) -> int:
-    from ..sandbox.pool import SandboxPool
     from .dataset import load_dataset
 
     config = load_config(args.config, args.set).sandbox
@@ -47,7 +50,7 @@ async def _build(args: argparse.Namespace) -> int:
     for error in dataset.errors:
         _say(f"skipped: {error}")
     failures = 0
-    async with SandboxPool(config, run_id=f"images-{uuid.uuid4().hex[:8]}") as pool:
+    async with sandbox_backend(config).open(run_id=f"images-{uuid.uuid4().hex[:8]}") as pool:
         for task in dataset.tasks:
             started = time.monotonic()
             try:
@@ -64,9 +67,11 @@ def main(args: argparse.Namespace) -> int:
     """Run the chosen action."""
     if args.action == "bootstrap":
         config = load_config(args.config, args.set).sandbox
+        if args.tag:
+            config = msgspec.structs.replace(config, base_image=args.tag)
         started = time.monotonic()
-        tag = anyio.run(lambda: bootstrap_base_image(
-            config, force=args.force, tag=args.tag, log=_say))
-        print(f"{tag}\t{time.monotonic() - started:.1f}s")
+        backend = sandbox_backend(config)
+        anyio.run(lambda: backend.prepare(force=args.force, log=_say))
+        print(f"{config.base_image}\t{time.monotonic() - started:.1f}s")
         return 0
     return anyio.run(_build, args)

@@ -10,10 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rsr_async.config import load_config
-from rsr_async.errors import ConfigError
 from rsr_async.harness.fakes import FakeShell
-from rsr_async.rsr.runtime import open_pipeline
 from rsr_async.sandbox.base import SandboxProvider
 from rsr_async.tasks import BUNDLED_SUITE, load_dataset, verify
 from rsr_async.testing import FakeSandboxPool
@@ -38,18 +35,6 @@ def test_the_fake_pool_passes_an_agent_that_typed_the_reference_solution_and_fai
     wrong = anyio.run(episode, "cat /app/answer.txt\n")
     assert wrong[:2] == (False, 0.0)
     assert wrong[2] == "solution missing\n"
-
-
-def test_a_pool_passed_together_with_a_ray_address_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    config = load_config([], ["cluster.ray_address=local"])
-
-    async def open_it() -> None:
-        async with FakeSandboxPool() as pool, open_pipeline(config, run_dir=tmp_path, pool=pool):
-            raise AssertionError("opened")
-
-    with pytest.raises(ConfigError, match="cluster.ray_address"):
-        anyio.run(open_it)
-    assert not (tmp_path / "run.db").exists()
 
 
 @pytest.mark.slow

@@ -20,9 +20,9 @@ They stand in for the *other* layers of whatever is under test, never for it:
 from __future__ import annotations
 
 from .engine.fakes import FakeRunner, SimulatedEpisode, make_jobs
-from .harness.fake_pool import FakeSandboxPool
 from .harness.fakes import FakeShell, FakeShellSandbox, ReplayModel
 from .llm.scripted import ScriptedModel
+from .sandbox.fake import FakeSandboxPool
 
 __all__ = [
     "FakeRunner",

@@ -7,8 +7,9 @@ get their sandboxes only through :func:`sandbox_backend`, so nothing above ``san
 knows which backend runs.
 
 The entries are import paths, not imported objects: a backend's client library loads
-only when a run chooses it (aiodocker for Docker), and the fake, which lives beside the
-harness's fake shell, is not imported by this package.
+only when a run chooses it (aiodocker for Docker). Each names a module of this room
+(``tests/test_layers.py`` counts such names as imports), so the table reaches no room
+above ``sandbox/``.
 
 Adding a backend (Kubernetes, a cloud sandbox): write a module with a class satisfying
 :class:`~rsr_async.sandbox.base.SandboxBackend` whose :meth:`open` yields a
@@ -33,7 +34,7 @@ __all__ = ["BACKENDS", "sandbox_backend"]
 
 BACKENDS: Mapping[str, str] = MappingProxyType({
     "docker": "rsr_async.sandbox.docker_backend:DockerBackend",
-    "fake": "rsr_async.harness.fake_pool:FakeBackend",
+    "fake": "rsr_async.sandbox.fake:FakeBackend",
 })
 """Backend name (``sandbox.backend``) → its factory's ``module:attribute``.
 

@@ -20,9 +20,9 @@ import rsr_async.sandbox
 from rsr_async.config import Config, SandboxConfig, load_config
 from rsr_async.engine.store import Store, resume_view
 from rsr_async.errors import ConfigError, ConfigMismatchError
-from rsr_async.harness.fake_pool import FakeBackend, FakeSandboxPool
 from rsr_async.sandbox.backends import BACKENDS, sandbox_backend
 from rsr_async.sandbox.docker_backend import DockerBackend
+from rsr_async.sandbox.fake import FakeBackend, FakeSandboxPool
 from rsr_async.tasks import BUNDLED_SUITE, load_dataset
 from tests.conftest import PYTHON, REPO, run_cli_env
 

@@ -82,7 +82,7 @@ BY_TYPE: Final[dict[type[BaseException], Fate]] = {
     aiodocker.DockerError: Fate.ANSWERED,
     aiohttp.ClientError: Fate.UNREACHABLE,
     OSError: Fate.UNREACHABLE,  # ConnectionError and friends: the socket, not the request
-    TimeoutError: Fate.NO_ANSWER,  # before OSError: TimeoutError is one
+    TimeoutError: Fate.NO_ANSWER,  # an OSError too, but this entry is more specific
     AssertionError: Fate.LIBRARY_STATE,
     RuntimeError: Fate.LIBRARY_STATE,
 }

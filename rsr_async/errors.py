@@ -2,7 +2,12 @@
 
 Library errors (aiodocker, aiohttp, httpx, sqlite3, msgspec) are mapped to these at the
 boundary of the room that calls the library, with ``raise ... from exc``, so callers
-never need to know which library sits underneath.
+never need to know which library sits underneath. Each network library is mapped by one
+table in one module: aiodocker and the aiohttp client under it in
+:mod:`rsr_async.sandbox.docker_errors` (by exception type, then by Docker's status),
+aiohttp into httpx in the model transport and httpx into :class:`LLMError` in the client
+in :mod:`rsr_async.llm.http_errors`; ``tests/test_error_boundaries.py`` fails on a handler
+of those libraries' exceptions anywhere else.
 
 ```
 RsrError                       every error this package raises on purpose

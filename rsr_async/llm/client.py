@@ -51,6 +51,7 @@ from ..errors import (
 )
 from ..schema import Usage
 from .base import ChatMessage, Completion
+from .http_errors import llm_errors
 from .prompt import ChatTemplate
 from .transport import AiohttpTransport, ReplyTooLarge
 
@@ -267,12 +268,9 @@ class SGLangClient:
         )
         if deadline is None:
             response = await self.http.send(request)
-        else:
-            try:
-                with anyio.fail_after(max(0.0, deadline - time.monotonic())):
-                    response = await self.http.send(request)
-            except TimeoutError as exc:
-                raise httpx.ReadTimeout("total deadline passed", request=request) from exc
+        else:  # the caller's llm_errors says "total deadline passed"
+            with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                response = await self.http.send(request)
         if len(response.content) > self.config.max_reply_bytes:  # another transport: late, but the same rule
             raise ReplyTooLarge(str(request.url), self.config.max_reply_bytes, len(response.content))
         return response.status_code, response.content
@@ -281,11 +279,10 @@ class SGLangClient:
         self, url: str, payload: dict[str, Any], rid: str, deadline: float | None = None
     ) -> Any:
         try:
-            status, content = await self._send(url, _encode(payload), deadline)
-        except httpx.TimeoutException as exc:
-            raise LLMTimeoutError(f"{url}: {exc}") from exc
-        except httpx.TransportError as exc:
-            raise LLMConnectionError(f"{url}: {exc}") from exc
+            with llm_errors(url, deadline="total deadline passed"):
+                status, content = await self._send(url, _encode(payload), deadline)
+        except (LLMConnectionError, LLMTimeoutError):
+            raise  # no reply: the connection failed or timed out, nothing runs upstream
         except BaseException:  # ReplyTooLarge too: its caller turns it into a reply
             if rid:
                 await self._abort_quietly(rid)
@@ -326,13 +323,15 @@ class SGLangClient:
         self._aborts_by_close += 1
         if self._abort_endpoint == "unavailable":
             return
+        http = self.http
         with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
             try:
-                response = await self.http.post(
-                    self.url + "/abort_request", content=_encode({"rid": rid}),
-                    headers=self._headers)
-            except httpx.HTTPError:
-                return
+                with llm_errors(self.url + "/abort_request"):
+                    response = await http.post(
+                        self.url + "/abort_request", content=_encode({"rid": rid}),
+                        headers=self._headers)
+            except LLMError:
+                return  # best effort: the closed connection already aborts
             self._note_abort_reply(response.status_code)
 
     def _note_abort_reply(self, status: int) -> bool:
@@ -404,12 +403,9 @@ class SGLangClient:
                 if deadline is None:
                     data = await self._stream_generate(payload, rid)
                 else:
-                    try:
-                        with anyio.fail_after(max(0.0, deadline - time.monotonic())):
-                            data = await self._stream_generate(payload, rid)
-                    except TimeoutError as exc:
-                        raise LLMTimeoutError(
-                            f"{self._generate_url}: stream passed its deadline") from exc
+                    with llm_errors(self._generate_url, deadline="stream passed its deadline"), \
+                            anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                        data = await self._stream_generate(payload, rid)
             else:
                 data = await self._post(self._generate_url, payload, rid, deadline)
         except ReplyTooLarge as exc:
@@ -441,24 +437,23 @@ class SGLangClient:
         )
         last: Any = None
         try:
-            response = await self.http.send(request, stream=True)
-            try:
-                if response.status_code != 200:
-                    await response.aread()
-                    self._check(self._generate_url, response.status_code, response.content)
-                async for event in _sse_events(response.aiter_lines()):
-                    if isinstance(event, dict) and event.get("error"):
-                        raise LLMServerError(
-                            f"{self._generate_url}: error inside a 200 stream: {event['error']}",
-                            status=200,
-                        )
-                    last = event
-            finally:
-                await response.aclose()
-        except httpx.TimeoutException as exc:
-            raise LLMTimeoutError(f"{self._generate_url}: {exc}") from exc
-        except httpx.TransportError as exc:
-            raise LLMConnectionError(f"{self._generate_url}: {exc}") from exc
+            with llm_errors(self._generate_url):
+                response = await self.http.send(request, stream=True)
+                try:
+                    if response.status_code != 200:
+                        await response.aread()
+                        self._check(self._generate_url, response.status_code, response.content)
+                    async for event in _sse_events(response.aiter_lines()):
+                        if isinstance(event, dict) and event.get("error"):
+                            raise LLMServerError(
+                                f"{self._generate_url}: error inside a 200 stream: {event['error']}",
+                                status=200,
+                            )
+                        last = event
+                finally:
+                    await response.aclose()
+        except (LLMConnectionError, LLMTimeoutError):
+            raise  # no reply: the connection failed or timed out, nothing runs upstream
         except BaseException:
             await self._abort_quietly(rid)
             raise
@@ -582,14 +577,8 @@ class SGLangClient:
     async def _get(self, path: str, timeout_s: float) -> Any:
         url = self.url + path
         try:
-            with anyio.fail_after(timeout_s):
+            with llm_errors(url, deadline=f"no reply within {timeout_s} s"), anyio.fail_after(timeout_s):
                 response = await self.http.get(url)
-        except TimeoutError as exc:
-            raise LLMTimeoutError(f"{url}: no reply within {timeout_s} s") from exc
-        except httpx.TimeoutException as exc:
-            raise LLMTimeoutError(f"{url}: {exc}") from exc
-        except httpx.TransportError as exc:
-            raise LLMConnectionError(f"{url}: {exc}") from exc
         except ReplyTooLarge as exc:  # a control endpoint: the server's fault, not the model's
             raise LLMServerError(str(exc)) from exc
         if response.status_code != 200:
@@ -731,12 +720,9 @@ class SGLangClient:
         :class:`~rsr_async.errors.LLMRequestError`: there, cancel the call instead
         (closing its connection aborts it upstream)."""
         url = self.url + "/abort_request"
-        try:
-            with anyio.fail_after(timeout_s):
-                response = await self.http.post(url, content=_encode({"rid": rid}),
-                                                headers=self._headers)
-        except (TimeoutError, httpx.HTTPError) as exc:
-            raise LLMConnectionError(f"{url}: {exc}") from exc
+        with llm_errors(url, deadline=f"no reply within {timeout_s} s"), anyio.fail_after(timeout_s):
+            response = await self.http.post(url, content=_encode({"rid": rid}),
+                                            headers=self._headers)
         if self._note_abort_reply(response.status_code):
             return
         if response.status_code in _NO_ROUTE:
@@ -749,11 +735,9 @@ class SGLangClient:
 
     async def flush_cache(self, *, timeout_s: float = 10.0) -> None:
         """``POST /flush_cache`` (SGLang refuses while requests run)."""
-        try:
-            with anyio.fail_after(timeout_s):
-                response = await self.http.post(self.url + "/flush_cache")
-        except (TimeoutError, httpx.HTTPError) as exc:
-            raise LLMConnectionError(f"{self.url}/flush_cache: {exc}") from exc
+        with llm_errors(self.url + "/flush_cache", deadline=f"no reply within {timeout_s} s"), \
+                anyio.fail_after(timeout_s):
+            response = await self.http.post(self.url + "/flush_cache")
         if response.status_code != 200:
             self._check(self.url + "/flush_cache", response.status_code, response.content)
 

@@ -34,8 +34,9 @@ import anyio.abc
 import httpx
 import msgspec
 
-from ..errors import LLMConnectionError
+from ..errors import LLMConnectionError, LLMError
 from ..lifeline import guarded_argv
+from .http_errors import llm_errors
 
 __all__ = ["RouterSettings", "ServeSpec", "build_commands", "configure", "main",
            "router_settings", "serve_fleet"]
@@ -144,10 +145,11 @@ async def _wait_healthy(url: str, process: anyio.abc.Process, timeout_s: float) 
                         "before it was healthy; read its log above"
                     )
                 try:
-                    if (await client.get(url + "/health")).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
+                    with llm_errors(url + "/health"):
+                        if (await client.get(url + "/health")).status_code == 200:
+                            return
+                except LLMError:
+                    pass  # not up yet: asked again
                 await anyio.sleep(0.5)
     raise LLMConnectionError(f"serve: {url}/health not healthy within {timeout_s} s")
 
@@ -158,9 +160,10 @@ async def _wait_registered(router: str, workers: list[str], timeout_s: float) ->
         with anyio.move_on_after(timeout_s):
             while True:
                 try:
-                    response = await client.get(router + "/workers")
-                except httpx.HTTPError:
-                    response = None
+                    with llm_errors(router + "/workers"):
+                        response = await client.get(router + "/workers")
+                except LLMError:
+                    response = None  # not up yet: asked again
                 if response is not None and response.status_code == 404:
                     return  # a router too old to list them: its /health has to do
                 if response is not None and response.status_code == 200:

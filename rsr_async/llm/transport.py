@@ -23,6 +23,8 @@ import aiohttp
 import httpx
 import yarl
 
+from .http_errors import aiohttp_errors
+
 __all__ = ["AiohttpTransport", "ReplyTooLarge"]
 
 
@@ -63,19 +65,6 @@ async def _read_capped(response: aiohttp.ClientResponse, limit: int | None) -> b
     return b"".join(chunks)
 
 
-def _map_error(exc: Exception, request: httpx.Request | None) -> httpx.TransportError:
-    message = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return httpx.ConnectTimeout(message, request=request)
-    if isinstance(exc, (aiohttp.ServerTimeoutError, TimeoutError)):
-        return httpx.ReadTimeout(message, request=request)
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return httpx.ConnectError(message, request=request)
-    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-        return httpx.RemoteProtocolError(message, request=request)
-    return httpx.ReadError(message, request=request)
-
-
 class _Stream(httpx.AsyncByteStream):
     def __init__(
         self, response: aiohttp.ClientResponse, request: httpx.Request, limit: int | None
@@ -86,15 +75,13 @@ class _Stream(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         total = 0
-        try:
+        with aiohttp_errors(self._request):
             async for chunk in self._response.content.iter_any():
                 total += len(chunk)
                 if self._limit is not None and total > self._limit:
                     self._response.close()
                     raise ReplyTooLarge(str(self._request.url), self._limit, total)
                 yield chunk
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _map_error(exc, self._request) from exc
 
     async def aclose(self) -> None:
         # Closing before the end drops the connection, which makes SGLang abort.
@@ -147,9 +134,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         session = self._session or self._open()
         try:
             body = request.content
-        except httpx.RequestNotRead:
+        except httpx.RequestNotRead:  # httpx's signal that a streamed body is unread: no failure
             body = await request.aread()
-        try:
+        with aiohttp_errors(request):
             response = await session.request(
                 request.method, str(request.url), data=body or None,
                 headers=request.headers.multi_items(), allow_redirects=False,
@@ -164,8 +151,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 content = await _read_capped(response, self._max_reply_bytes)
             finally:
                 response.release()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _map_error(exc, request) from exc
         return httpx.Response(
             response.status, headers=response.raw_headers, content=content, request=request
         )
@@ -197,14 +182,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if total_s is not None:
             limit = total_s if limit is None else min(limit, total_s)
         timeout = aiohttp.ClientTimeout(total=limit, sock_connect=connect_s)
-        try:
+        with aiohttp_errors(None):
             async with session.post(
                 url, data=body, headers=headers, allow_redirects=False, timeout=timeout
             ) as response:
                 cap = self._max_reply_bytes if max_bytes is None else max_bytes
                 return response.status, await _read_capped(response, cap)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _map_error(exc, None) from exc
 
     async def aclose(self) -> None:
         """Close the session and its connections."""

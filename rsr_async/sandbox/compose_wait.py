@@ -14,13 +14,12 @@ import contextlib
 import json
 from typing import Any
 
-import aiodocker
 import anyio
 
-from ..errors import ContainerError
+from ..errors import ContainerError, SandboxError
 from ..schema import Task
 from .compose import ComposeService
-from .container import docker_errors
+from .docker_errors import docker_errors
 from .hosts import DockerHost
 
 __all__ = ["wait_for_service"]
@@ -84,9 +83,9 @@ async def wait_for_service(
 async def _last_words(container: Any, *, api_timeout_s: float) -> str:
     """The end of a failed service's log and health log, for its error message."""
     parts: list[str] = []
-    with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError), anyio.fail_after(
+    with contextlib.suppress(SandboxError), docker_errors("last words"), anyio.fail_after(
         api_timeout_s
-    ):
+    ):  # the words are for the message: none when Docker cannot give them
         info = await container.show()
         checks = ((info.get("State") or {}).get("Health") or {}).get("Log") or []
         parts.extend(f"healthcheck: {str(c.get('Output', '')).strip()}" for c in checks[-1:])

@@ -10,20 +10,18 @@ import shutil
 import tarfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiodocker
-import aiohttp
 import anyio
 import msgspec
 
 from .. import phases
-from ..errors import ContainerError, DockerUnavailableError, SandboxError, ShellClosedError
+from ..errors import ContainerError, SandboxError, ShellClosedError
 from .base import CopyUnavailableError, ExecResult, HiddenReport, HiddenRun
-from .shell import DockerShell, connection_asserts
+from .docker_errors import DockerAnswer, close_quietly, docker_errors
+from .shell import DockerShell
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,7 +31,7 @@ if TYPE_CHECKING:
 
     from .hidden import VerifierStation
 
-__all__ = ["ContainerState", "DockerSandbox", "docker_errors", "permanent_status"]
+__all__ = ["ContainerState", "DockerSandbox"]
 
 log = logging.getLogger(__name__)
 
@@ -43,52 +41,6 @@ _KILL_GRACE_S = 5
 """After its time limit a command gets SIGTERM, then SIGKILL this many seconds later."""
 _STAGE_DIR = "/var/tmp/.rsr-upload"
 """Where uploads bound for a tmpfs mount wait for their copy into place (not a tmpfs)."""
-
-
-_TRANSIENT_4XX = frozenset({404, 408, 409, 429})
-"""4xx answers another attempt may fix: gone, timed out, busy/conflict, throttled."""
-
-
-def permanent_status(status: int) -> bool:
-    """Whether Docker's HTTP ``status`` means our request itself is wrong (a bad image
-    reference, a config Docker refuses): another attempt sends the same request."""
-    return 400 <= status < 500 and status not in _TRANSIENT_4XX
-
-
-@contextmanager
-def docker_errors(
-    what: str,
-    *,
-    url: str = "",
-    permanent_4xx: bool = False,
-    error: type[SandboxError] = ContainerError,
-) -> Iterator[None]:
-    """Map aiodocker/aiohttp failures of ``what`` to the engine's sandbox errors.
-
-    With ``permanent_4xx`` (creating or starting a container, building or inspecting an
-    image) a 4xx other than 404/408/409/429 is the task's or the config's fault: the
-    error (of type ``error``) is marked permanent and is never retried. 5xx, timeouts
-    and connection failures stay transient.
-    """
-    try:
-        with connection_asserts():
-            yield
-    except aiodocker.DockerError as exc:
-        if exc.status == 900:  # aiodocker's code for "cannot connect"
-            raise DockerUnavailableError(
-                f"{what}: Docker daemon unreachable at {url or 'its URL'}: {exc.message}; "
-                "is dockerd running and the URL in sandbox.docker_urls right?"
-            ) from exc
-        mapped = error(f"{what}: Docker said {exc.status}: {exc.message}")
-        if permanent_4xx and permanent_status(exc.status):
-            raise mapped.as_permanent() from exc
-        raise mapped from exc
-    except (aiohttp.ClientError, ConnectionError) as exc:
-        raise DockerUnavailableError(
-            f"{what}: Docker daemon unreachable at {url or 'its URL'}: {exc}"
-        ) from exc
-    except TimeoutError as exc:
-        raise SandboxError(f"{what}: Docker did not answer in time") from exc
 
 
 class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
@@ -244,12 +196,7 @@ class DockerSandbox:
                             dropped += cut
                             del tail[:cut]
         finally:
-            with anyio.move_on_after(5, shield=True):
-                try:
-                    with connection_asserts():
-                        await stream.close()
-                except (OSError, RuntimeError, aiohttp.ClientError):
-                    pass  # the daemon already closed it
+            await close_quietly(stream, what=f"{self.name}: exec stream close")
         output = head.decode("utf-8", errors="replace")
         if dropped:
             output += f"\n[... {dropped} bytes of output not kept ...]\n"
@@ -476,16 +423,11 @@ class DockerSandbox:
     async def download(self, remote: str, local: Path) -> None:
         """Copy ``remote`` (file or directory) to ``local``; FileNotFoundError if absent."""
         try:
-            with anyio.fail_after(self._api_timeout):
+            with docker_errors(f"{self.name}: download of {remote}", url=self._url,
+                               expected={404}), anyio.fail_after(self._api_timeout):
                 archive = await self._container.get_archive(remote)
-        except aiodocker.DockerError as exc:
-            if exc.status == 404:
-                raise FileNotFoundError(f"{self.name}: no {remote} in the sandbox") from exc
-            with docker_errors(f"{self.name}: download of {remote}", url=self._url):
-                raise
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            with docker_errors(f"{self.name}: download of {remote}", url=self._url):
-                raise
+        except DockerAnswer as absent:
+            raise FileNotFoundError(f"{self.name}: no {remote} in the sandbox") from absent
         await anyio.to_thread.run_sync(_extract_to, archive, Path(local))
 
     @property

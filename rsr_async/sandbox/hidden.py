@@ -49,7 +49,7 @@ import anyio
 
 from ..errors import ContainerError, SandboxError
 from .base import CopyUnavailableError, HiddenReport, HiddenRun
-from .container import docker_errors
+from .docker_errors import DockerAnswer, close_quietly, docker_errors
 from .ownership import remove_container
 
 __all__ = [
@@ -301,13 +301,13 @@ class VerifierStation:
     async def _image(self) -> str:
         binary = await anyio.to_thread.run_sync(helper_binary)
         tag = f"{STATION_REPOSITORY}:{helper_digest()}"
-        with docker_errors(f"verifier image {tag}", url=self._url), anyio.fail_after(self._timeout):
-            try:
+        try:
+            with docker_errors(f"verifier image {tag}", url=self._url, expected={404}), \
+                    anyio.fail_after(self._timeout):
                 await self._docker.images.inspect(tag)
-                return tag
-            except aiodocker.DockerError as exc:
-                if exc.status != 404:
-                    raise
+            return tag
+        except DockerAnswer:
+            pass  # 404: not built on this host yet
         context = await anyio.to_thread.run_sync(_station_context, binary)
         with docker_errors(f"building verifier image {tag}", url=self._url), anyio.fail_after(
             self._timeout * 4
@@ -400,11 +400,7 @@ class VerifierStation:
         except TimeoutError:
             raise ContainerError(f"{name}: the hidden tests' exec did not end in time") from None
         finally:
-            with anyio.move_on_after(5, shield=True):
-                try:
-                    await stream.close()
-                except (OSError, RuntimeError):
-                    pass
+            await close_quietly(stream, what=f"{name}: hidden tests stream close")
         text = output.decode("utf-8", errors="replace")
         return report_from_records(decode_records(bytes(results)), text)
 

@@ -28,7 +28,6 @@ from .compose import (
     ComposeSpec,
     task_compose,
 )
-from .container import docker_errors
 from .hosts import DockerHost
 from .images import BuildOnce, build_context_image, build_task_image, image_id, ship_image
 
@@ -86,16 +85,15 @@ class HostImages:
         (``images/get`` streamed into ``images/load``) when it is missing; None when no
         host has it."""
         timeout = self.config.api_timeout_s
-        with docker_errors(f"image {name}", url=host.url, permanent_4xx=True, error=ImageError):
-            present = await image_id(host.docker, name, timeout_s=timeout)
+        present = await image_id(host.docker, name, timeout_s=timeout, url=host.url, where=f"image {name}")
         if present is not None:
             return present
         for source in self._hosts:
             if source is host or not source.up:
                 continue
-            with docker_errors(f"image {name}", url=source.url, permanent_4xx=True, error=ImageError):
-                if await image_id(source.docker, name, timeout_s=timeout) is None:
-                    continue
+            if await image_id(source.docker, name, timeout_s=timeout, url=source.url,
+                              where=f"image {name}") is None:
+                continue
 
             async def ship(source: DockerHost = source) -> str:
                 async with self._build_limiter:
@@ -121,8 +119,7 @@ class HostImages:
         # A 400 here is a malformed reference (e.g. `UPPER/Case:bad tag`): the task's fault.
         where = f"task {task.name!r}: image {task.docker_image}"
         if task.docker_image and not task.environment_dir:
-            with docker_errors(where, url=host.url, permanent_4xx=True, error=ImageError):
-                present = await self.ensure_present(host, task.docker_image)
+            present = await self.ensure_present(host, task.docker_image)
             if present is None:
                 # Nothing is ever pulled here, so no later attempt finds it either.
                 raise ImageError(
@@ -131,9 +128,9 @@ class HostImages:
                 ).as_permanent()
             return task.docker_image
         if task.docker_image:
-            with docker_errors(where, url=host.url, permanent_4xx=True, error=ImageError):
-                if await image_id(host.docker, task.docker_image, timeout_s=timeout):
-                    return task.docker_image
+            if await image_id(host.docker, task.docker_image, timeout_s=timeout, url=host.url,
+                              where=where):
+                return task.docker_image
         key = f"{host.url}\0{task.name}\0{task.environment_dir}"
 
         return await self._build_once(host, key, lambda: build_task_image(
@@ -155,9 +152,8 @@ class HostImages:
         where = f"task {task.name!r} service {service.name!r}"
         if service.build_context is None:
             assert service.image is not None  # the parser gives every service one or the other
-            with docker_errors(f"{where}: image {service.image}", url=host.url, permanent_4xx=True,
-                               error=ImageError):
-                present = await image_id(host.docker, service.image, timeout_s=timeout)
+            present = await image_id(host.docker, service.image, timeout_s=timeout, url=host.url,
+                                     where=f"{where}: image {service.image}")
             if present is None:
                 raise ImageError(
                     f"{where}: image {service.image} is not on {host.url} and nothing is pulled "

@@ -8,8 +8,8 @@ import aiodocker
 import aiohttp
 import anyio
 
-from ..errors import DockerUnavailableError
-from .container import docker_errors
+from ..errors import DockerUnavailableError, SandboxError
+from .docker_errors import docker_errors
 
 __all__ = ["QUOTA_DRIVERS", "DockerHost", "open_client"]
 
@@ -79,10 +79,12 @@ class DockerHost:
     async def answers(self, timeout_s: float) -> bool:
         """Whether ``/_ping`` answers within ``timeout_s`` (never raises)."""
         try:
-            with anyio.fail_after(timeout_s):
+            with docker_errors(f"Docker host {self.url}: ping", url=self.url), anyio.fail_after(
+                timeout_s
+            ):
                 async with self.docker._query("_ping", versioned_api=False) as response:
                     return (await response.read()) == b"OK"
-        except (aiodocker.DockerError, aiohttp.ClientError, OSError, TimeoutError):
+        except SandboxError:
             return False
 
     def mark_up(self) -> None:
@@ -94,8 +96,6 @@ class DockerHost:
         try:
             with docker_errors(f"Docker host {self.url}", url=self.url), anyio.fail_after(timeout_s):
                 await self.docker.version()
-        except TimeoutError as exc:  # pragma: no cover - docker_errors maps it
-            raise DockerUnavailableError(f"Docker host {self.url} did not answer") from exc
         except DockerUnavailableError:
             raise
         except Exception as exc:

@@ -40,10 +40,10 @@ import msgspec
 from yarl import URL
 
 from ..config import SandboxConfig
-from ..errors import DockerUnavailableError, ImageBuildError, ImageError
+from ..errors import DockerUnavailableError, ImageBuildError, ImageError, SandboxError
 from ..lifeline import guarded_argv
 from ..schema import ImageFiles, Task
-from .container import docker_errors, permanent_status
+from .docker_errors import DockerAnswer, docker_errors
 from .hosts import open_client
 
 __all__ = [
@@ -92,17 +92,18 @@ def _split_tag(name: str) -> tuple[str, str]:
     return repo, tag
 
 
-async def image_id(docker: aiodocker.Docker, name: str, *, timeout_s: float) -> str | None:
-    """The image's id, or None when the host does not have it."""
+async def image_id(
+    docker: aiodocker.Docker, name: str, *, timeout_s: float, url: str = "", where: str = ""
+) -> str | None:
+    """The image's id, or None when the host (``url``) does not have it. Docker's errors
+    are mapped as ``where`` (default: ``inspect image NAME``); a 400 is a malformed
+    reference (`UPPER/Case:bad tag`), which no attempt can fix: a permanent ImageError."""
     try:
-        with anyio.fail_after(timeout_s):
+        with docker_errors(where or f"inspect image {name}", url=url, permanent_4xx=True,
+                           error=ImageError, expected={404}), anyio.fail_after(timeout_s):
             info = await docker.images.inspect(name)
-    except aiodocker.DockerError as exc:
-        if exc.status == 404:
-            return None
-        # A 400 is a malformed reference (`UPPER/Case:bad tag`): no attempt can fix it.
-        with docker_errors(f"inspect image {name}", permanent_4xx=True, error=ImageError):
-            raise
+    except DockerAnswer:
+        return None  # 404: not on this host
     return str(info["Id"])
 
 
@@ -145,8 +146,8 @@ async def bootstrap_base_image(
     for url in config.docker_urls:
         docker, connector = open_client(url)
         try:
-            with docker_errors(f"bootstrap {tag} on {url}", url=url):
-                present = await image_id(docker, tag, timeout_s=config.api_timeout_s)
+            present = await image_id(docker, tag, timeout_s=config.api_timeout_s, url=url,
+                                     where=f"bootstrap {tag} on {url}")
         except DockerUnavailableError as exc:
             # One host of several may be down at the start: the pool places around it and
             # ships the base image there when it answers (HostImages.ensure_present).
@@ -305,7 +306,7 @@ async def ship_image(
                 body = (await loaded.read()).decode("utf-8", errors="replace")
     if '"error"' in body:
         raise ImageError(f"{where}: docker load said: {body[-_LOG_TAIL:]}")
-    present = await image_id(target, name, timeout_s=timeout_s)
+    present = await image_id(target, name, timeout_s=timeout_s, url=target_url, where=where)
     if present is None:
         raise ImageError(f"{where}: the load finished but {target_url or 'the target'} has no {name}")
     return present
@@ -537,8 +538,8 @@ async def build_context_image(
     env_dir = context
     dockerfile_path = env_dir / dockerfile
     args = {**(build_args or {}), "BASE_IMAGE": base_image}
-    with docker_errors(f"{where}: base image", url=url):
-        base_id = await image_id(docker, base_image, timeout_s=api_timeout_s)
+    base_id = await image_id(docker, base_image, timeout_s=api_timeout_s, url=url,
+                             where=f"{where}: base image")
     if base_id is None:
         raise ImageError(
             f"{where}: base image {base_image} is missing on {url}; "
@@ -557,13 +558,14 @@ async def build_context_image(
     # "/" never appears in a task name: task "a" service "b-c" and task "a-b" service "c"
     # get different repositories.
     tag = task_image_tag(f"{task.name}/{service}" if service else task.name, digest)
-    with docker_errors(f"{where}: image", url=url):
-        if await image_id(docker, tag, timeout_s=api_timeout_s) is not None:
-            return tag, False
+    if await image_id(docker, tag, timeout_s=api_timeout_s, url=url, where=f"{where}: image") is not None:
+        return tag, False
     archive = await anyio.to_thread.run_sync(_context_tar, env_dir, hidden)
     lines: list[str] = []
     try:
-        with anyio.fail_after(task.build_timeout_s):
+        with anyio.fail_after(task.build_timeout_s), docker_errors(
+            f"{where}: image build failed", url=url, permanent_4xx=True, error=ImageBuildError
+        ):
             build = _build(
                 docker,
                 archive,
@@ -587,25 +589,17 @@ async def build_context_image(
             f"(build_timeout_sec); last output:\n{log[-_LOG_TAIL:]}",
             log=log,
         ) from exc
-    except aiodocker.DockerError as exc:
-        if exc.status == 900:
-            raise DockerUnavailableError(
-                f"{where}: Docker daemon unreachable at {url} during build"
-            ) from exc
-        lines.append(f"ERROR: {exc.message}\n")
+    except ImageBuildError as exc:
+        # A failed step or a Dockerfile Docker refused is the task's fault (permanent); a
+        # 5xx or the host's trouble may pass on another attempt (the table decides).
+        lines.append(f"ERROR: {exc}\n")
         log = "".join(lines)
         await _save_log(log_dir, tag, log)
         hint = ""
         if "BASE_IMAGE" not in dockerfile_path.read_text(errors="replace"):
             hint = " (no registry here: the Dockerfile should start `ARG BASE_IMAGE` / `FROM ${BASE_IMAGE}`)"
-        error = ImageBuildError(
-            f"{where}: image build failed: {exc.message}{hint}; "
-            f"last output:\n{log[-_LOG_TAIL:]}",
-            log=log,
-        )
-        if _build_failed_by_dockerfile(exc):
-            raise error.as_permanent() from exc
-        error.retryable = True  # the daemon failed us (5xx): another attempt may build
+        error = ImageBuildError(f"{exc}{hint}; last output:\n{log[-_LOG_TAIL:]}", log=log)
+        error.permanent, error.retryable = exc.permanent, exc.retryable
         raise error from exc
     await _save_log(log_dir, tag, "".join(lines))
     return tag, True
@@ -613,19 +607,6 @@ async def build_context_image(
 
 def _not_retryable(error: ImageError) -> ImageError:
     return error.as_permanent()  # a missing file stays missing on the next attempt
-
-
-_DAEMON_TROUBLE = ("no space left on device", "connection reset", "i/o timeout")
-"""Words of a build's stream error that say the host failed, not the Dockerfile."""
-
-
-def _build_failed_by_dockerfile(exc: aiodocker.DockerError) -> bool:
-    """A build error that is the task's fault: a step that failed or a Dockerfile Docker
-    refused (a stream error, HTTP 200 then ``error``; or a 4xx). A 5xx, or a stream error
-    naming the host's trouble, may pass on another attempt."""
-    if any(word in str(exc.message).lower() for word in _DAEMON_TROUBLE):
-        return False
-    return exc.status == 0 or permanent_status(exc.status)
 
 
 async def _save_log(log_dir: Path | None, tag: str, log: str) -> None:
@@ -763,9 +744,10 @@ def _read_listing(archive: tarfile.TarFile) -> tuple[dict[str, int], bool]:
 
 
 async def _remove_container(docker: aiodocker.Docker, container_id: str, *, timeout_s: float) -> None:
+    # Best effort: the pool's sweeps take what Docker refused or could not be asked.
     with anyio.CancelScope(shield=True), anyio.move_on_after(timeout_s), contextlib.suppress(
-        aiodocker.DockerError, OSError
-    ):
+        SandboxError
+    ), docker_errors(f"remove listing container {container_id[:12]}"):
         await docker.containers.container(container_id).delete(force=True, v=True)
 
 
@@ -924,9 +906,9 @@ class ImageListings:
     ) -> ImageFiles:
         """What ``image`` holds beyond ``base_image`` on this Docker host (the arguments
         are :func:`list_image_paths`'s)."""
-        with docker_errors(f"image {image}", url=url, error=ImageError):
-            task_id = await image_id(docker, image, timeout_s=api_timeout_s)
-            base_id = await image_id(docker, base_image, timeout_s=api_timeout_s)
+        task_id = await image_id(docker, image, timeout_s=api_timeout_s, url=url, where=f"image {image}")
+        base_id = await image_id(docker, base_image, timeout_s=api_timeout_s, url=url,
+                                 where=f"image {image}: base image {base_image}")
         if task_id is None:
             raise ImageError(f"list the files of image {image}: it is not on {url or 'the host'}")
         if task_id == base_id:

@@ -38,9 +38,9 @@ import aiodocker
 import anyio
 import msgspec
 
-from ..errors import SandboxError
+from ..errors import ImageError, SandboxError
 from ..run_lock import RunLock, lock_free
-from .container import docker_errors
+from .docker_errors import DockerAnswer, docker_errors
 from .hosts import open_client
 
 __all__ = [
@@ -336,7 +336,7 @@ async def sweep(
                 dry_run=dry_run, timeout_s=timeout_s, leases=leases,
             )
             if not dry_run:
-                await sweep_snapshots(docker, run_id, timeout_s=timeout_s)
+                await sweep_snapshots(docker, run_id, timeout_s=timeout_s, url=url)
         finally:
             await docker.close()
             await connector.close()
@@ -381,30 +381,40 @@ async def _sweep_networks(
     return found
 
 
-async def sweep_snapshots(docker: aiodocker.Docker, run_id: str | None, *, timeout_s: float) -> None:
+async def sweep_snapshots(
+    docker: aiodocker.Docker, run_id: str | None, *, timeout_s: float, url: str = ""
+) -> None:
     """Remove RSRT verification images a killed process left: those of ``run_id`` (a run
     directory has one live process at most, so none is in use when it starts again) and
     those whose owner is provably gone. Their containers are gone by now."""
-    with anyio.fail_after(timeout_s):
+    with docker_errors(f"sweep snapshots on {url or 'Docker'}", url=url, error=ImageError), \
+            anyio.fail_after(timeout_s):
         images = await docker.images.list(filters={"label": [LABEL_SNAPSHOT]})
     for image in images:
         labels: dict[str, str] = image.get("Labels") or {}
         if (run_id is not None and labels.get(LABEL_RUN) == run_id) or owner_gone(labels):
-            with anyio.move_on_after(timeout_s, shield=True), contextlib.suppress(aiodocker.DockerError):
-                await docker.images.delete(image["Id"], force=True)
+            with anyio.move_on_after(timeout_s, shield=True), contextlib.suppress(SandboxError):
+                # Refused (in use, gone meanwhile), or no daemon: the next sweep tries again.
+                with docker_errors(f"remove snapshot {image['Id']}", url=url, error=ImageError):
+                    await docker.images.delete(image["Id"], force=True)
+
+
+def _gone(status: int, message: str) -> bool:
+    """No such container, or its removal is already under way: gone (or going)."""
+    return status == 404 or (status == 409 and "already in progress" in message)
 
 
 async def remove_container(docker: aiodocker.Docker, container_id: str, *, timeout_s: float) -> bool:
-    """Force-remove a container; True when it is gone (or was already)."""
+    """Force-remove a container; True when it is gone (or was already), False when Docker
+    refused, is unreachable or did not answer within ``timeout_s`` (never raises)."""
     with anyio.move_on_after(timeout_s, shield=True):
         try:
-            await docker.containers.container(container_id).delete(force=True, v=True)
+            with docker_errors(f"remove container {container_id[:12]}", expected=_gone):
+                await docker.containers.container(container_id).delete(force=True, v=True)
             return True
-        except aiodocker.DockerError as exc:
-            if exc.status == 404:
-                return True
-            if exc.status == 409 and "already in progress" in exc.message:
-                return True
+        except DockerAnswer:
+            return True
+        except SandboxError:  # refused, or the daemon is gone: still there as far as we know
             return False
     return False
 
@@ -413,9 +423,12 @@ async def remove_network(docker: aiodocker.Docker, network_id: str, *, timeout_s
     """Remove a network; True when it is gone (or was already)."""
     with anyio.move_on_after(timeout_s, shield=True):
         try:
-            network = await docker.networks.get(network_id)
-            await network.delete()
+            with docker_errors(f"remove network {network_id[:12]}", expected={404}):
+                network = await docker.networks.get(network_id)
+                await network.delete()
             return True
-        except aiodocker.DockerError as exc:
-            return exc.status == 404
+        except DockerAnswer:
+            return True
+        except SandboxError:  # refused, or the daemon is gone: still there as far as we know
+            return False
     return False

@@ -44,7 +44,8 @@ from ..schema import ImageFiles, Task
 from .base import SandboxStats
 from .compose import MAIN_SERVICE, ComposeService, ComposeSpec
 from .compose_wait import wait_for_service
-from .container import DockerSandbox, docker_errors, permanent_status
+from .container import DockerSandbox
+from .docker_errors import DockerAnswer, close_quietly, docker_errors
 from .hidden import STATION_EPISODE, VerifierStation
 from .host_images import HostImages
 from .hosts import DockerHost
@@ -313,20 +314,24 @@ class SandboxPool:
     async def _sweep_own_on(self, host: DockerHost, *, keep: frozenset[str] = frozenset()) -> None:
         """Remove this pool's containers (but ``keep``), networks and snapshots on ``host``."""
         try:
-            with anyio.fail_after(self.config.api_timeout_s):
+            with docker_errors(f"sweep on {host.url}", url=host.url), anyio.fail_after(
+                self.config.api_timeout_s
+            ):
                 found = await host.docker.containers.list(
                     all=True,
                     filters={"label": [f"{LABEL_POOL}={self._pool_id}"]},
                 )
-        except (aiodocker.DockerError, TimeoutError, OSError):
+        except SandboxError:
             return  # the daemon is gone; the next start-up sweep will find them
         for item in found:
             if item.id in keep:
                 continue
             if await remove_container(host.docker, item.id, timeout_s=self.config.api_timeout_s):
                 self._removed += 1
-        with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError):
-            with anyio.fail_after(self.config.api_timeout_s):
+        with contextlib.suppress(SandboxError):  # gone: as above
+            with docker_errors(f"sweep networks on {host.url}", url=host.url), anyio.fail_after(
+                self.config.api_timeout_s
+            ):
                 networks = await host.docker.networks.list(
                     filters={"label": [f"{LABEL_POOL}={self._pool_id}"]}
                 )
@@ -334,8 +339,9 @@ class SandboxPool:
                 await remove_network(host.docker, network["Id"], timeout_s=self.config.api_timeout_s)
         # A commit a killed predecessor asked for can land after our start-up sweep
         # (the daemon finishes it alone); at exit no snapshot of this run is in use.
-        with contextlib.suppress(aiodocker.DockerError, TimeoutError, OSError):
-            await sweep_snapshots(host.docker, self.run_id, timeout_s=self.config.api_timeout_s)
+        with contextlib.suppress(SandboxError):
+            await sweep_snapshots(host.docker, self.run_id, timeout_s=self.config.api_timeout_s,
+                                  url=host.url)
 
     async def _close_hosts(self) -> None:
         for host in self._hosts:
@@ -388,7 +394,7 @@ class SandboxPool:
                 stream = created.attach(stdin=True)
                 await stream._init()  # attached before the start: no moment unheld
                 await created.start()
-        except (SandboxError, aiodocker.DockerError) as exc:
+        except SandboxError as exc:
             if container_id:
                 await remove_container(host.docker, container_id, timeout_s=timeout)
             log.warning("no lease on %s (%s): its containers of this run can be swept by "
@@ -403,8 +409,7 @@ class SandboxPool:
             return
         container_id, stream = lease
         with anyio.CancelScope(shield=True):
-            with contextlib.suppress(Exception), anyio.move_on_after(5):
-                await stream.close()
+            await close_quietly(stream, what=f"lease on {host.url}: close")
             if host.up:
                 await remove_container(host.docker, container_id, timeout_s=min(self.config.api_timeout_s, 30.0))
 
@@ -440,8 +445,7 @@ class SandboxPool:
             old = self._leases.pop(host.url, None)
             await self._take_lease(host)
             if old is not None:
-                with contextlib.suppress(Exception), anyio.move_on_after(5):
-                    await old[1].close()
+                await close_quietly(old[1], what=f"old lease on {host.url}: close")
             tracked = {cid for cid, (h, _) in self._containers.items() if h is host}
             lease = self._leases.get(host.url)
             await self._sweep_own_on(host, keep=frozenset(tracked | ({lease[0]} if lease else set())))
@@ -757,50 +761,50 @@ class SandboxPool:
             slot = await host.start_slot()
         container_id: str | None = None
         host.live += 1
+        # A refusal of our config is permanent: Docker refuses it on every attempt.
+        failed = f"{where}: container start failed"
+        missing = f"{where}: image {image} not found on {host.url}"  # 404 to create or start
+
+        def expected(status: int, message: str) -> bool:
+            # overlay2 on xfs without `pquota` refuses a quota: the fallback below.
+            quota_refused = "StorageOpt" in config["HostConfig"] and "storage" in message.lower()
+            return status == 404 or quota_refused
+
         try:
             # Shielded: a create the daemon finishes after we stopped listening would be
             # a container nobody knows the id of.
             with anyio.CancelScope(shield=True), anyio.fail_after(self.config.api_timeout_s):
-                try:
-                    with timed("create"):
-                        created = await host.docker.containers.create(config)
-                except aiodocker.DockerError as exc:
-                    # overlay2 on xfs without `pquota` refuses the quota: fall back.
-                    if "StorageOpt" not in config["HostConfig"] or "storage" not in exc.message.lower():
-                        raise
-                    host.storage_quota = False
-                    del config["HostConfig"]["StorageOpt"]
-                    self._limit_storage(config, host, task, refused=exc.message)
-                    with timed("create"):
-                        created = await host.docker.containers.create(config)
+                while True:
+                    try:
+                        with timed("create"), docker_errors(
+                            failed, url=host.url, permanent_4xx=True, expected=expected
+                        ):
+                            created = await host.docker.containers.create(config)
+                        break
+                    except DockerAnswer as answer:
+                        if answer.status == 404:
+                            raise ImageError(missing) from answer
+                        host.storage_quota = False  # once: the next create has no quota
+                        del config["HostConfig"]["StorageOpt"]
+                        self._limit_storage(config, host, task, refused=answer.message)
                 container_id = str(created.id)
                 self._containers[container_id] = (host, key)
                 self._tmpfs[container_id] = tuple(config["HostConfig"].get("Tmpfs") or ())
-            with anyio.fail_after(self.config.api_timeout_s), timed("start"):
-                await created.start()
+            try:
+                with anyio.fail_after(self.config.api_timeout_s), timed("start"), docker_errors(
+                    failed, url=host.url, permanent_4xx=True, expected={404}
+                ):
+                    await created.start()
+            except DockerAnswer as answer:
+                raise ImageError(missing) from answer
         except BaseException as exc:
             self._start_failures += 1
             if container_id is None:
                 host.live -= 1
             else:
                 await self._discard(host, container_id)
-            if isinstance(exc, (aiodocker.DockerError, OSError, TimeoutError)) and (
-                not isinstance(exc, aiodocker.DockerError) or exc.status == 900
-            ):
+            if isinstance(exc, (DockerUnavailableError, TimeoutError)):
                 await self._check_host(host)
-            if isinstance(exc, aiodocker.DockerError):
-                if exc.status == 900:
-                    raise DockerUnavailableError(
-                        f"{where}: Docker daemon unreachable at {host.url}"
-                    ) from exc
-                if exc.status == 404:
-                    raise ImageError(f"{where}: image {image} not found on {host.url}") from exc
-                failed = ContainerError(
-                    f"{where}: container start failed: Docker said {exc.status}: {exc.message}"
-                )
-                if permanent_status(exc.status):  # Docker refuses this config: always will
-                    raise failed.as_permanent() from exc
-                raise failed from exc
             if isinstance(exc, TimeoutError):
                 raise ContainerError(
                     f"{where}: container start took over {self.config.api_timeout_s:.0f} s"
@@ -965,10 +969,13 @@ class SandboxPool:
         """Delete a committed snapshot image (shielded; absent is fine)."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.api_timeout_s):
             try:
-                await host.docker.images.delete(image, force=True)
-            except aiodocker.DockerError as exc:
-                if exc.status != 404:
-                    self._remove_failures += 1
+                with docker_errors(f"remove snapshot image {image}", url=host.url,
+                                   error=ImageError, expected={404}):
+                    await host.docker.images.delete(image, force=True)
+            except DockerAnswer:
+                pass  # 404: already gone
+            except SandboxError:  # refused, or the daemon is gone: a sweep takes it later
+                self._remove_failures += 1
 
     async def _record_claim(self, container: Any, key: str) -> None:
         """Say, before the episode starts, which episode took a prewarmed container: its

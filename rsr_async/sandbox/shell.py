@@ -30,16 +30,14 @@ import collections
 import logging
 import secrets
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import aiodocker
-import aiohttp
 import anyio
 import anyio.lowlevel
 
-from ..errors import ShellClosedError
+from ..errors import ContainerError, SandboxError, ShellClosedError
+from .docker_errors import close_quietly, docker_errors
 from .terminal import (
     HISTORY_LINES,
     SCREEN_COLUMNS,
@@ -101,35 +99,6 @@ class _Reply:
         self.error = False
 
 
-@contextmanager
-def connection_asserts() -> Iterator[None]:
-    """Raise aiodocker's failed assertions on a vanished connection as the lost connection
-    they are (ConnectionResetError); an AssertionError of our own code stays a bug.
-
-    aiodocker's ``Stream`` asserts on the connection state it expects (``assert transport
-    is not None`` in ``write_in``, ``assert protocol is not None`` in ``_init``, ``assert
-    self._resp.connection is not None`` in ``close``), which a daemon dying underneath
-    breaks: without this, that is stored as a runner bug and never retried.
-    """
-    try:
-        yield
-    except AssertionError as exc:
-        if not _raised_in_client_library(exc):
-            raise
-        raise ConnectionResetError(
-            "the connection to Docker is gone (aiodocker raised AssertionError on it)"
-        ) from exc
-
-
-def _raised_in_client_library(exc: BaseException) -> bool:
-    tb = exc.__traceback__
-    last = ""
-    while tb is not None:
-        last = tb.tb_frame.f_code.co_filename.replace("\\", "/")
-        tb = tb.tb_next
-    return "/aiodocker/" in last or "/aiohttp/" in last
-
-
 class _Stream:
     """One attached exec stream and the reader that pumps it (shared by both shells)."""
 
@@ -147,20 +116,22 @@ class _Stream:
         self, argv: list[str], *, tty: bool, env: dict[str, str], workdir: str | None
     ) -> None:
         try:
-            with anyio.fail_after(self.api_timeout), connection_asserts():
-                execution = await self.container.exec(
-                    argv, stdin=True, tty=tty, environment=env, workdir=workdir
-                )
-                self.stream = execution.start(detach=False)
-                await self.stream._init()  # connect now, so errors surface here
-                self.alive = True
+            with anyio.fail_after(self.api_timeout):
+                with docker_errors(f"{self.name}: could not start the shell"):
+                    execution = await self.container.exec(
+                        argv, stdin=True, tty=tty, environment=env, workdir=workdir
+                    )
+                    self.stream = execution.start(detach=False)
+                    await self.stream._init()  # connect now, so errors surface here
+                    self.alive = True
                 if tty:
                     try:
-                        await execution.resize(h=SCREEN_LINES, w=SCREEN_COLUMNS)
-                    except aiodocker.DockerError:
-                        pass  # the exec may not have its pty yet; the screen size still holds
-        except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
-            raise ShellClosedError(f"{self.name}: could not start the shell: {exc}") from exc
+                        with docker_errors(f"{self.name}: shell resize"):
+                            await execution.resize(h=SCREEN_LINES, w=SCREEN_COLUMNS)
+                    except ContainerError:
+                        pass  # refused: the exec may not have its pty yet; the size still holds
+        except SandboxError as exc:  # a refusal, or the daemon: either way no shell
+            raise ShellClosedError(str(exc)) from exc
         except TimeoutError as exc:
             raise ShellClosedError(
                 f"{self.name}: the shell did not start within {self.api_timeout:.0f} s"
@@ -199,9 +170,9 @@ class _Stream:
         if not self.alive:
             raise ShellClosedError(f"{self.name}: the shell has exited")
         try:
-            with anyio.fail_after(self.api_timeout), connection_asserts():
+            with anyio.fail_after(self.api_timeout), docker_errors(f"{self.name}: shell input"):
                 await self.stream.write_in(data)
-        except (RuntimeError, OSError, aiohttp.ClientError) as exc:
+        except SandboxError as exc:
             self.alive = False
             self.error = exc
             raise ShellClosedError(f"{self.name}: the shell's stream closed: {exc}") from exc
@@ -217,12 +188,7 @@ class _Stream:
             self.reader_scope.cancel()
         stream, self.stream = self.stream, None
         if stream is not None:
-            with anyio.move_on_after(5, shield=True):
-                try:
-                    with connection_asserts():
-                        await stream.close()
-                except (OSError, RuntimeError, aiohttp.ClientError):
-                    pass  # already broken: nothing left to close
+            await close_quietly(stream, what=f"{self.name}: shell close")
 
 
 class _SessionProbe:

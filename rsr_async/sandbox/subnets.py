@@ -24,9 +24,8 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiodocker
-
 from ..errors import ContainerError
+from .docker_errors import DockerAnswer, docker_errors
 
 __all__ = ["DEFAULT_RANGE", "DEFAULT_PREFIX", "SubnetPool", "create_network", "overlap_refusal"]
 
@@ -38,9 +37,9 @@ _TRIES = 64
 """Subnets tried for one network before giving up (each refused one is stepped around)."""
 
 
-def overlap_refusal(exc: aiodocker.DockerError) -> bool:
+def overlap_refusal(status: int, message: str) -> bool:
     """Whether Docker refused a network because its subnet overlaps one it has."""
-    return exc.status == 403 and "overlap" in str(exc.message).lower()
+    return status == 403 and "overlap" in message.lower()
 
 
 class SubnetPool:
@@ -123,20 +122,19 @@ async def create_network(
     """``create(body)`` (Docker's ``networks.create``) with a subnet from ``pool`` in
     its IPAM config, stepping around subnets Docker says overlap another network's;
     returns (the network, its subnet). ``pool`` None: Docker's default pools decide.
-    Other Docker errors propagate as they are (the caller maps them)."""
+    Docker's errors are mapped (:func:`.docker_errors`) as ``where`` on ``host``."""
     if pool is None:
-        return await create(body), None
+        with docker_errors(where, url=host):
+            return await create(body), None
     for _ in range(_TRIES):
         subnet = pool.take(host, containers)
         if subnet is None:
             break
         try:
-            network = await create({**body, "IPAM": {"Driver": "default",
-                                                     "Config": [{"Subnet": str(subnet)}]}})
-        except aiodocker.DockerError as exc:
-            if not overlap_refusal(exc):
-                pool.give_back(host, subnet)
-                raise
+            with docker_errors(where, url=host, expected=overlap_refusal):
+                network = await create({**body, "IPAM": {"Driver": "default",
+                                                         "Config": [{"Subnet": str(subnet)}]}})
+        except DockerAnswer:  # 403, the subnet overlaps another network's: step around it
             pool.refused(host, subnet)
             continue
         except BaseException:

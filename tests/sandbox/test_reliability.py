@@ -14,7 +14,7 @@ import pytest
 from rsr_async.config import SandboxConfig
 from rsr_async.errors import ContainerError, ImageBuildError, ImageError
 from rsr_async.sandbox import SandboxPool
-from rsr_async.sandbox.container import docker_errors, permanent_status
+from rsr_async.sandbox.docker_errors import docker_errors, permanent_status
 from rsr_async.sandbox.pool import read_claims, sweep
 from tests.conftest import run_cli_env
 

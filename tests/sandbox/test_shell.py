@@ -13,7 +13,7 @@ import pytest
 from rsr_async.errors import DockerUnavailableError, ShellClosedError
 from rsr_async.harness import protocol
 from rsr_async.sandbox import DockerSandbox, DockerShell, SandboxPool
-from rsr_async.sandbox.container import docker_errors
+from rsr_async.sandbox.docker_errors import docker_errors
 from rsr_async.sandbox.shell import _Stream
 
 from .conftest import fixture_task, make_task

@@ -71,6 +71,7 @@ class HiddenRun(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     """Set over the sandbox's own environment."""
     workdir: str | None = None
+    """None: the sandbox's working directory (its image's ``WORKDIR``), as ``docker exec``."""
     user: str | None = None
     """A name or uid (``NAME[:GROUP]``) from the sandbox's ``/etc/passwd``; None: root."""
     tests_dir: str = "/tests"

@@ -320,6 +320,12 @@ class DockerSandbox:
         if pid <= 1:
             await self._check_alive()
             raise ContainerError(f"{self.name}: Docker reports no process for the container")
+        if run.workdir is None:
+            # Where `docker exec` starts, which is where Harbor and terminal-bench run the
+            # tests: the container's working directory (terminal-bench's run-tests.sh
+            # template refuses to run from /).
+            workdir = (info.get("Config") or {}).get("WorkingDir") or None
+            run = msgspec.structs.replace(run, workdir=workdir)
         started = time.monotonic()
         try:
             report = await self._station.run(pid, run, name=self.name)

@@ -5,7 +5,8 @@ filesystem made by ``debootstrap`` and imported; task images build from a task's
 ``environment/Dockerfile`` with ``--build-arg BASE_IMAGE=<base>`` and are tagged by a hash
 of the directory's content and the base image's id, so an unchanged task never rebuilds.
 A build context never holds the task's hidden tests or reference solution
-(:func:`hidden_entries`), even when it is the task's root.
+(:func:`hidden_entries`), even when it is the task's root, nor what its ``.dockerignore``
+leaves out (:func:`dockerignored`), as under ``docker build``.
 
 What a task image holds beyond the base (:func:`list_image_paths`, :func:`beyond_base`,
 :class:`ImageListings`) is listed once per image id for the leak audit.
@@ -60,6 +61,7 @@ __all__ = [
     "build_context_image",
     "build_task_image",
     "context_digest",
+    "dockerignored",
     "hidden_entries",
     "image_id",
     "list_image_paths",
@@ -399,6 +401,89 @@ def hidden_entries(task: Task, context: Path) -> frozenset[str]:
     return frozenset(hidden)
 
 
+def dockerignored(context: Path, dockerfile: str = "Dockerfile") -> frozenset[str]:
+    """Paths (relative, POSIX) of ``context`` that its ``.dockerignore`` keeps out of the
+    build context, as ``docker build`` and ``docker compose build`` do (published
+    terminal-bench tasks ship one beside their ``Dockerfile``).
+
+    Read and matched as moby's ``ignorefile``/``patternmatcher`` do: ``#`` comments and
+    blank lines skipped, each pattern cleaned with its leading ``/`` dropped, ``*`` and
+    ``?`` within one path segment, ``**`` across any number of them, ``!`` re-including;
+    a pattern that matches a parent directory covers what is under it, and the last
+    matching line decides. The Dockerfile and ``.dockerignore`` are always sent, as the
+    docker client sends them (the daemon itself then hides them from ``COPY`` when they
+    are listed). A directory stays when something under it is re-included."""
+    ignore_file = context / ".dockerignore"
+    if not ignore_file.is_file():
+        return frozenset()
+    patterns = _ignore_patterns(ignore_file.read_text(encoding="utf-8", errors="replace"))
+    if not patterns:
+        return frozenset()
+    always = {posixpath.normpath(dockerfile), ".dockerignore"}
+    excluded: set[str] = set()
+    holds_kept: set[str] = set()
+    for path in context.rglob("*"):
+        rel = path.relative_to(context).as_posix()
+        if rel not in always and _ignored(rel, patterns):
+            excluded.add(rel)
+        else:
+            parts = rel.split("/")
+            holds_kept.update("/".join(parts[:n]) for n in range(1, len(parts)))
+    return frozenset(excluded - holds_kept)
+
+
+def _ignore_patterns(text: str) -> list[tuple[re.Pattern[str], bool]]:
+    """``.dockerignore`` lines as (regex, re-includes) pairs, in file order."""
+    patterns: list[tuple[re.Pattern[str], bool]] = []
+    for raw in text.removeprefix("\ufeff").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        line = posixpath.normpath(line[1:].strip() if negated else line).lstrip("/")
+        if line and line != ".":
+            patterns.append((re.compile(_ignore_regex(line)), negated))
+    return patterns
+
+
+def _ignore_regex(pattern: str) -> str:
+    """patternmatcher's translation of one pattern into an anchored regular expression."""
+    out = ["^"]
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        i += 1
+        if ch == "*" and pattern[i:i + 1] == "*":
+            i += 1
+            if pattern[i:i + 1] == "/":
+                i += 1
+            out.append(".*" if i >= len(pattern) else "(.*/)?")
+        elif ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "\\" and i < len(pattern):
+            out.append(re.escape(pattern[i]))
+            i += 1
+        elif ch in "[]^-":
+            out.append(ch)  # character classes, as filepath.Match reads them
+        else:
+            out.append(re.escape(ch))
+    return "".join(out) + "$"
+
+
+def _ignored(rel: str, patterns: list[tuple[re.Pattern[str], bool]]) -> bool:
+    """patternmatcher's ``MatchesOrParentMatches``: the last pattern matching ``rel`` or
+    one of its parent directories decides."""
+    parts = rel.split("/")
+    candidates = ["/".join(parts[:n]) for n in range(len(parts), 0, -1)]
+    ignored = False
+    for regex, negated in patterns:
+        if any(regex.match(candidate) for candidate in candidates):
+            ignored = not negated
+    return ignored
+
+
 def _is_hidden(rel: str, hidden: frozenset[str]) -> bool:
     return any(rel == h or rel.startswith(h + "/") for h in hidden)
 
@@ -545,7 +630,9 @@ async def build_context_image(
             f"{where}: base image {base_image} is missing on {url}; "
             "run `python -m rsr_async images bootstrap`"
         )
-    hidden = await anyio.to_thread.run_sync(hidden_entries, task, env_dir)
+    hidden = await anyio.to_thread.run_sync(
+        lambda: hidden_entries(task, env_dir) | dockerignored(env_dir, dockerfile)
+    )
     digest = await anyio.to_thread.run_sync(
         lambda: context_digest(env_dir, base_id=base_id, exclude=hidden)
     )

@@ -209,7 +209,12 @@ async def validate_task(task: Task, pool: SandboxProvider) -> ValidationRow:
     unsolved = [s.name for s in task.steps if not s.solution_path]
     if not task.solution_path and not task.steps:
         row.oracle_skipped = True
-        row.notes.append("solution check skipped: no reference solution (solution/solve.sh or solution.sh)")
+        if task.format == "terminal-bench" and (Path(task.path) / "solution.yaml").is_file():
+            # terminal-bench's other solution form: keystrokes for its tmux session.
+            row.notes.append("solution check skipped: solution.yaml (terminal-bench's keystroke "
+                             "solution) is not run here; add a solution.sh")
+        else:
+            row.notes.append("solution check skipped: no reference solution (solution/solve.sh or solution.sh)")
     elif unsolved:
         row.oracle_skipped = True
         row.notes.append(f"solution check skipped: steps {', '.join(unsolved)} have no reference solution "

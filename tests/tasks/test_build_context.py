@@ -1,5 +1,6 @@
 """Task images never hold the hidden tests or the reference solution, even for a
-Dockerfile that does ``COPY . /app`` from a context that is the task's root. Real builds."""
+Dockerfile that does ``COPY . /app`` from a context that is the task's root, nor what the
+context's ``.dockerignore`` leaves out (as under ``docker build``). Real builds."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from rsr_async.config import SandboxConfig
 from rsr_async.sandbox import SandboxPool
-from rsr_async.sandbox.images import context_digest, hidden_entries
+from rsr_async.sandbox.images import context_digest, dockerignored, hidden_entries
 from rsr_async.tasks import load_task
 
 pytestmark = pytest.mark.docker
@@ -111,3 +112,56 @@ def test_hidden_files_do_not_change_the_image_tag(tmp_path: Path) -> None:
     # A Harbor task's usual environment/ holds neither: nothing to hide there.
     harbor = load_task(Path(__file__).parent / "fixtures/harbor/full-harbor")
     assert hidden_entries(harbor, Path(harbor.environment_dir or "")) == frozenset()
+
+
+# Published terminal-bench tasks ship a .dockerignore beside their Dockerfile (listing
+# Dockerfile, docker-compose.yaml, task.yaml); these lines add the other pattern forms.
+DOCKERIGNORE = """\
+# not part of the image
+Dockerfile
+docker-compose.yaml
+task.yaml
+*.md
+/data/private/
+!data/private/keep.txt
+**/*.log
+"""
+
+
+def ignoring_task(root: Path) -> Path:
+    return write(legacy_task(root), {
+        ".dockerignore": DOCKERIGNORE,
+        "README.md": "root notes\n",
+        "docs/guide.md": "kept: *.md is one segment deep\n",
+        "data/private/secret.txt": "ignored\n",
+        "data/private/keep.txt": "re-included\n",
+        "build.log": "ignored\n",
+        "src/deep/run.log": "ignored\n",
+    })
+
+
+def test_dockerignore_is_read_as_docker_reads_it(tmp_path: Path) -> None:
+    root = ignoring_task(tmp_path / "ignoring")
+    ignored = dockerignored(root)
+    # The Dockerfile and .dockerignore are always sent (the daemon hides them from COPY).
+    assert ignored == {"task.yaml", "README.md", "data/private/secret.txt",
+                       "build.log", "src/deep/run.log"}, ignored
+    assert dockerignored(root, "build/Dockerfile.dev") >= {"Dockerfile"}
+    task = load_task(root)
+    exclude = hidden_entries(task, root) | ignored
+    before = context_digest(root, base_id="b", exclude=exclude)
+    (root / "data/private/secret.txt").write_text("changed\n")
+    (root / "README.md").write_text("changed\n")
+    assert context_digest(root, base_id="b", exclude=exclude) == before  # no rebuild for them
+    (root / "data/private/keep.txt").write_text("changed\n")
+    assert context_digest(root, base_id="b", exclude=exclude) != before
+    assert dockerignored(tmp_path) == frozenset()  # no .dockerignore: nothing left out
+
+
+@pytest.mark.slow  # a real build over the 660 MB base
+async def test_copy_all_images_leave_out_what_dockerignore_lists(pool: SandboxPool, tmp_path: Path) -> None:
+    files = set(await listing(pool, ignoring_task(tmp_path / "ignoring")))
+    assert {"./data/input.txt", "./data/private/keep.txt", "./docs/guide.md", "./.dockerignore"} <= files, files
+    for left_out in ("./Dockerfile", "./task.yaml", "./README.md",
+                     "./data/private/secret.txt", "./build.log", "./src/deep/run.log", "./tests", "./solution.sh"):
+        assert left_out not in files, (left_out, sorted(files))

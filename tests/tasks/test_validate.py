@@ -159,6 +159,31 @@ async def test_validate_without_a_solution_still_checks_the_untouched_environmen
 
 
 @pytest.mark.docker
+async def test_a_keystroke_solution_is_named_when_the_solution_check_is_skipped(
+    pool: SandboxPool, tmp_path: Path
+) -> None:
+    """terminal-bench's other solution form, solution.yaml (keystrokes for its tmux
+    session, as its task template ships), is not run here: the note says so by name."""
+    root = tmp_path / "keystrokes-only"
+    (root / "tests").mkdir(parents=True)
+    (root / "task.yaml").write_text("instruction: Write hello-world.txt in /app.\n")
+    (root / "Dockerfile").write_text(f"ARG BASE_IMAGE={BASE}\nFROM ${{BASE_IMAGE}}\nWORKDIR /app\n")
+    (root / "run-tests.sh").write_text('python3 -m pytest -p no:cacheprovider -rA "$TEST_DIR"\n')
+    (root / "tests" / "test_outputs.py").write_text(
+        "from pathlib import Path\ndef test_hello(): assert Path('/app/hello-world.txt').exists()\n")
+    (root / "solution.yaml").write_text("- command: echo 'Hello, world!' > hello-world.txt\n  append_enter: true\n")
+    task = load_task(root)
+    assert task.solution_path is None
+    try:
+        [row] = await validate([task], pool)
+    finally:
+        await anyio.to_thread.run_sync(_remove_images, [task.name])
+    assert row.ok and row.oracle_skipped and row.nop_reward == 0.0, (row.problems, row.nop_output)
+    assert row.notes == ["solution check skipped: solution.yaml (terminal-bench's keystroke solution) "
+                         "is not run here; add a solution.sh"]
+
+
+@pytest.mark.docker
 def test_validate_cli_says_the_solution_check_was_skipped(fixtures: Path, tmp_path: Path) -> None:
     _without_solution(tmp_path, fixtures, "s-nosolution")
     try:

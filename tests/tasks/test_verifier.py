@@ -140,6 +140,30 @@ async def test_verifier_env_and_workdir(pool: SandboxPool, tmp_path: Path) -> No
     assert result.reward == 1.0 and "/var 1" in result.output
 
 
+async def test_tests_start_where_docker_exec_starts(pool: SandboxPool, tmp_path: Path) -> None:
+    """No workdir given: the tests start in the image's WORKDIR, where `docker exec` starts
+    and so where Harbor's and terminal-bench's verifiers run them (terminal-bench's
+    run-tests.sh template refuses to run from /)."""
+    root = tmp_path / "in-workdir"
+    (root / "tests").mkdir(parents=True)
+    (root / "task.yaml").write_text("instruction: Nothing to do.\n")
+    (root / "Dockerfile").write_text(f"ARG BASE_IMAGE={BASE}\nFROM ${{BASE_IMAGE}}\nWORKDIR /srv/work\n")
+    (root / "run-tests.sh").write_text(
+        '#!/bin/bash\nif [ "$PWD" = "/" ]; then echo "Error: No working directory set."; exit 1; fi\n'
+        'echo "ran in $PWD"\npython3 -m pytest -p no:cacheprovider -rA "$TEST_DIR/test_outputs.py"\n'
+    )
+    (root / "tests" / "test_outputs.py").write_text("import os\ndef test_cwd(): assert os.getcwd() == '/srv/work'\n")
+    task = load_task(root)
+    tag = await pool.ensure_image(task)
+    try:
+        async with pool.sandbox(task, key="workdir") as sandbox:
+            result = await verify(sandbox, task)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.run_process(["docker", "rmi", "-f", tag], check=False)
+    assert result.passed and "ran in /srv/work" in result.output, result.output
+
+
 async def test_legacy_pytest_verdicts(pool: SandboxPool, fixtures: Path, tmp_path: Path) -> None:
     task = msgspec.structs.replace(load_task(fixtures / "legacy/legacy-hello"), docker_image=BASE,
                                    environment_dir=None)

@@ -130,28 +130,31 @@ static void record(char tag, const void *payload, size_t len) {
     if (len) write_all(result_fd, payload, len);
 }
 
-static void recordf(char tag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void recordf(char tag, const char *fmt, ...) {
+/* One record of text: ``prefix`` then ``fmt`` formatted, cut at 1 KiB. */
+static void vrecordf(char tag, const char *prefix, const char *fmt, va_list ap) {
     char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
+    int at = snprintf(text, sizeof text, "%s", prefix);
+    int n = vsnprintf(text + at, sizeof text - (size_t)at, fmt, ap);
     if (n < 0) n = 0;
+    n += at;
     if ((size_t)n >= sizeof text) n = sizeof text - 1;
     record(tag, text, (size_t)n);
 }
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...) {
-    char text[1024];
+static void recordf(char tag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void recordf(char tag, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(text, sizeof text, fmt, ap);
+    vrecordf(tag, "", fmt, ap);
     va_end(ap);
-    if (n < 0) n = 0;
-    if ((size_t)n >= sizeof text) n = sizeof text - 1;
-    record('E', text, (size_t)n);
+}
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vrecordf('E', "", fmt, ap);
+    va_end(ap);
     _exit(2);
 }
 
@@ -652,14 +655,10 @@ static void no_process(int error) {
 
 static void copy_unavailable(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void copy_unavailable(const char *fmt, ...) {
-    char text[1024];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(text, sizeof text, fmt, ap);
+    vrecordf('C', "", fmt, ap);
     va_end(ap);
-    if (n < 0) n = 0;
-    if ((size_t)n >= sizeof text) n = sizeof text - 1;
-    record('C', text, (size_t)n);
     _exit(2);
 }
 
@@ -669,18 +668,12 @@ static void copy_unavailable(const char *fmt, ...) {
 static void copy_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void copy_refused(const char *fmt, ...) {
     int error = errno;
-    char text[1024];
     int host_wide = error == EPERM || error == EINVAL || error == ENODEV || error == ENOSYS ||
                     error == EOPNOTSUPP || error == EACCES;
-    int at = snprintf(text, sizeof text, "%s", host_wide ? "host: " : "");
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(text + at, sizeof text - (size_t)at, fmt, ap);
+    vrecordf('C', host_wide ? "host: " : "", fmt, ap);
     va_end(ap);
-    if (n < 0) n = 0;
-    n += at;
-    if ((size_t)n >= sizeof text) n = sizeof text - 1;
-    record('C', text, (size_t)n);
     _exit(2);
 }
 

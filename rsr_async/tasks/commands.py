@@ -73,10 +73,21 @@ def _domain(task: Task) -> str:
     return task.category or "-"
 
 
+def _seconds(values: Sequence[float]) -> str:
+    """One timeout as ``300s``; a multi-step task's, one per step in order: ``3x300s`` when
+    they agree, else ``300s+600s+300s``."""
+    if len(values) > 1 and len(set(values)) == 1:
+        return f"{len(values)}x{values[0]:g}s"
+    return "+".join(f"{v:g}s" for v in values)
+
+
 def _list(dataset: Dataset) -> None:
     rows = [
-        (t.name, _domain(t), t.difficulty or "-", t.format, f"{t.agent_timeout_s:g}s",
-         f"{t.verifier_timeout_s:g}s", f"{t.build_timeout_s:g}s")
+        (t.name, _domain(t), t.difficulty or "-",
+         f"{t.format}/{len(t.steps)}-steps" if t.steps else t.format,
+         _seconds([s.agent_timeout_s for s in t.steps] or [t.agent_timeout_s]),
+         _seconds([s.verifier_timeout_s for s in t.steps] or [t.verifier_timeout_s]),
+         f"{t.build_timeout_s:g}s")
         for t in dataset.tasks
     ]
     print(format_table(("name", "domain", "difficulty", "format", "agent", "verifier", "build"), rows))

@@ -69,6 +69,22 @@ def test_list_defaults_to_the_bundled_suite() -> None:
     assert listed == names
 
 
+def test_list_shows_a_multi_step_task_step_by_step(tmp_path: Path) -> None:
+    """A multi-step task's timeouts are its steps', in order (the task-level ones are only
+    their defaults): one figure when they agree, each step's when they differ."""
+    uneven = tmp_path / "uneven-steps"
+    shutil.copytree(BUNDLED_SUITE / "log-triage-steps", uneven)
+    toml = uneven / "task.toml"
+    text = toml.read_text().replace('name = "rsr-async/log-triage-steps"', 'name = "rsr-async/uneven-steps"')
+    text = text.replace('name = "count"\n', 'name = "count"\nagent.timeout_sec = 45\nverifier.timeout_sec = 20\n')
+    toml.write_text(text)
+    out = _cli("list", str(BUNDLED_SUITE / "log-triage-steps"), str(uneven))
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split()[3:] for line in out.stdout.splitlines()[2:] if line.strip()}
+    assert rows["log-triage-steps"] == ["harbor/3-steps", "3x300s", "3x60s", "300s"]
+    assert rows["uneven-steps"] == ["harbor/3-steps", "300s+45s+300s", "60s+20s+60s", "300s"]
+
+
 @pytest.mark.docker
 async def test_validate_flags_each_kind_of_bad_task(pool: SandboxPool, fixtures: Path, tmp_path: Path) -> None:
     good = _variant(tmp_path, fixtures, "v-good")

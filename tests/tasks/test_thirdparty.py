@@ -24,7 +24,7 @@ OUT_OF_TREE = "RSR_THIRDPARTY_TASKS"
 """Names a folder of third-party task directories kept out of git."""
 needs_out_of_tree = pytest.mark.skipif(
     not os.environ.get(OUT_OF_TREE),
-    reason=f"{OUT_OF_TREE} is not set: no out-of-tree third-party tasks to check (see thirdparty/PROVENANCE.md)",
+    reason=f"{OUT_OF_TREE} is not set: no out-of-tree third-party tasks to check (see tests/tasks/thirdparty/README.md)",
 )
 
 

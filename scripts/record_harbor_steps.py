@@ -15,6 +15,15 @@ paths are mapped under it, and the tasks' scripts read ``$ROOT``, empty in a con
 and :class:`PlannedAgent` runs what its plan says for the step it is given, recording
 each instruction it receives.
 
+A step whose verifier is ``separate`` (``steps-separate``) takes Harbor's own path too:
+after the step's agent, ``ArtifactHandler`` downloads the task's and the step's
+``artifacts`` and ``/logs/artifacts`` from the agent's environment, Harbor creates a
+*second* environment through the same factory (session ``<trial>__verifier__<step>``:
+here a fresh, empty host directory, as the tasks' images hold nothing but ``WORKDIR /app``),
+uploads the artifacts and runs the verifier there; the agent's environment stops only
+after the last step. Harbor's default is no bind mounts (``auto_mounting`` off), so
+``/logs/artifacts`` is downloaded from the environment as it is here.
+
 The tasks are ``tests/tasks/harbor_steps/<task>/``. Output, replaced on every run:
 ``tests/tasks/harbor_steps/expected.json``: per (task, plan) the instructions the agent
 got, in order, each step's rewards and exception, and the trial's rewards.
@@ -54,7 +63,7 @@ WORKDIR = "/app"
 """The containers' working directory (the tasks' Dockerfiles say ``WORKDIR /app``)."""
 
 # What the agent types at each step, per plan (container paths). Step names are unique
-# across the tasks, so one plan covers both.
+# across the tasks, so one plan covers all of them.
 STALL = "#stall"
 """Not a command: the agent keeps working (never ends its turn) until its timeout."""
 RIGHT = {
@@ -63,19 +72,33 @@ RIGHT = {
     "finish": ["echo gamma > /app/data/c.txt", "echo 'wrote c.txt' > /app/data/notes.md"],
     "one": ["echo 1 > /app/one.txt"],
     "two": ["echo 2 > /app/two.txt"],
+    # steps-separate: each step also leaves what its verifiers may or may not see.
+    "draft": ["mkdir -p /logs/artifacts", "echo drafted > /logs/artifacts/log.txt",
+              "echo draft > /app/draft.txt", "echo notes > /app/scratch.txt"],
+    "review": ["mkdir -p /app/report", "echo reviewed > /app/report/review.txt"],
+    "publish": ["cp /app/draft.txt /app/report/final.txt"],
 }
 PLANS: dict[str, dict[str, list[str]]] = {
     "all": RIGHT,
     # The gated step fails: the last step of steps-gated never runs.
-    "second-wrong": {**RIGHT, "extend": ["echo wrong > /app/data/b.txt"], "two": ["echo 3 > /app/two.txt"]},
+    "second-wrong": {**RIGHT, "extend": ["echo wrong > /app/data/b.txt"], "two": ["echo 3 > /app/two.txt"],
+                     "review": ["mkdir -p /app/report", "echo wrong > /app/report/review.txt"]},
     # An ungated first step fails: the rest still run; the last leaves no notes (style 0).
+    # steps-separate: the answer is written outside the artifact path (/app/scratch.txt,
+    # /app/draft.txt missing), which its separate verifier cannot see; the shared second
+    # step sees it, and the last step's answer, copied from it into the artifact, counts.
     "first-wrong": {**RIGHT, "create": ["mkdir -p /app/data", "echo omega > /app/data/a.txt"],
-                    "finish": ["echo gamma > /app/data/c.txt"], "one": ["echo 0 > /app/one.txt"]},
-    # Nothing done: steps-gated's second setup.sh fails (no /app/data), ending the trial.
+                    "finish": ["echo gamma > /app/data/c.txt"], "one": ["echo 0 > /app/one.txt"],
+                    "draft": ["echo draft > /app/scratch.txt"],
+                    "publish": ["cp /app/scratch.txt /app/report/final.txt"]},
+    # Nothing done: steps-gated's second setup.sh fails (no /app/data), ending the trial;
+    # steps-separate's artifacts are all missing.
     "nothing": {name: [] for name in RIGHT},
     # The second step's verifier writes no reward: Harbor ends the trial and scores the
     # steps before it (steps-gated: 1.0 from its first step alone; steps-final: none).
-    "verifier-crash": {**RIGHT, "extend": ["echo crash > /app/data/b.txt"], "two": ["echo crash > /app/two.txt"]},
+    # steps-separate: its last step's separate verifier crashes on the artifact.
+    "verifier-crash": {**RIGHT, "extend": ["echo crash > /app/data/b.txt"], "two": ["echo crash > /app/two.txt"],
+                       "publish": ["echo crash > /app/report/final.txt"]},
     # The agent does the first step of steps-final, then never finishes: the step's 10 s
     # agent timeout ends its turn; Harbor still grades the step and runs the next.
     "agent-timeout": {**RIGHT, "one": [*RIGHT["one"], STALL]},

@@ -5,7 +5,10 @@ the tasks in ``tests/tasks/harbor_steps/`` under six plans of the agent and reco
 task and plan, the instructions the agent got in order, each step's rewards, which steps
 ran, and the trial's rewards. Here the same plans are typed by a model stand-in through
 our engine (Engine, EpisodeRunner, the Terminus 2 harness, real Docker sandboxes and the
-real verifier) and must come out the same.
+real verifier) and must come out the same. ``steps-separate`` mixes verifier modes by
+step (separate, shared, separate, with task and step artifacts); its rewards record
+which of the agent's files each step's verifier could see, so a separate verifier that
+saw more (or less) than Harbor's fresh environment with the artifacts fails here.
 """
 
 from __future__ import annotations
@@ -148,8 +151,9 @@ async def test_recorded_plans_run_as_harbor_ran_them(tmp_path: Path) -> None:
 @pytest.mark.timeout(900)
 async def test_rsrt_checks_each_step_against_the_steps_own_tests(tmp_path: Path) -> None:
     """RSRT's hidden check at a step's completion claim grades that step's tests (the
-    task's shared ``tests/`` with the step's over them) on a copy of the sandbox: with
-    every step done right, each claim passes at once and the rewards are Harbor's."""
+    task's shared ``tests/`` with the step's over them) on a copy of the sandbox (a
+    separate step's: in a fresh sandbox with the artifacts): with every step done right,
+    each claim passes at once and the rewards are Harbor's."""
     tasks = {name: load_task(STEPS / name) for name in sorted(RECORDED["trials"])}
     model = PlanModel({s.instruction: s.name for t in tasks.values() for s in t.steps})
     plan = PLAN_NAMES.index("all")
@@ -162,7 +166,7 @@ async def test_rsrt_checks_each_step_against_the_steps_own_tests(tmp_path: Path)
         async with Engine(config, runner=runner, run_dir=tmp_path / "run") as engine:
             results = [r async for r in engine.run([Job.episode(s) for s in specs], stage="discover")]
         assert await pool.containers() == []
-    assert len(results) == 2
+    assert len(results) == len(specs)
     for result in results:
         assert isinstance(result, EpisodeResult) and result.trajectory is not None
         harbor = RECORDED["trials"][result.key.task]["all"]

@@ -43,7 +43,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import posixpath
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -521,11 +523,36 @@ async def grade(
             copied.append((local, source))
         async with pool.sandbox(task, key=f"{key}/verifier") as fresh:
             for local, source in copied:
+                await _make_room(fresh, source, is_dir=local.is_dir())
                 await fresh.upload(local, source)
             return await verify(fresh, task, time_limit=time_limit)
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, scratch, ignore_errors=True))
+
+
+_ROOM_TIME_S = 30.0
+
+
+async def _make_room(fresh: Sandbox, target: str, *, is_dir: bool) -> None:
+    """Prepare ``target`` in a separate verifier's fresh sandbox as Harbor 0.26's
+    ``ArtifactHandler.upload_artifacts`` does before copying an artifact in: a directory
+    artifact replaces what the image has there (``empty_dirs``: the directory exists,
+    empty, mode 777); a file's parent directory is made mode 777 (``ensure_dirs``). The
+    sandbox is fresh from the task's image: no agent has touched the tools this runs."""
+    q = shlex.quote(target)
+    if is_dir:
+        command = (f"if [ -L {q} ] || {{ [ -e {q} ] && [ ! -d {q} ]; }}; then rm -rf {q}; fi && "
+                   f"mkdir -p {q} && find {q} -mindepth 1 -maxdepth 1 -exec rm -rf -- {{}} + && chmod 777 {q}")
+    else:
+        parent = posixpath.dirname(target)
+        if not parent or parent == target:
+            return
+        command = f"mkdir -p {shlex.quote(parent)} && chmod 777 {shlex.quote(parent)}"
+    result = await fresh.run(command, time_limit=_ROOM_TIME_S, user="root")
+    if result.exit_code != 0:
+        raise SandboxError(f"separate verifier: could not prepare {target} for its artifact "
+                           f"(exit {result.exit_code}): {result.output[-300:]}")
 
 
 async def try_grade(

@@ -54,6 +54,33 @@ async def test_separate_mode_defends_what_shared_mode_cannot(pool: SandboxPool, 
         assert (await grade(sandbox, separate, pool=pool, key="modes")).passed  # the artifact is what counts
 
 
+ROOM_TEST = (
+    "#!/bin/bash\n"
+    "skel=$(ls -A /etc/skel | tr '\\n' ' ')\n"
+    "echo \"skel=[$skel] out_mode=$(stat -c %a /opt/out)\"\n"
+    "echo 1 > /logs/verifier/reward.txt\n"
+)
+
+
+@pytest.mark.docker
+async def test_separate_mode_artifacts_replace_what_the_image_has_there(pool: SandboxPool, tmp_path: Path) -> None:
+    """Harbor 0.26 (``ArtifactHandler.upload_artifacts``) empties a directory artifact's
+    path in the verifier's environment before copying it in, and makes a file artifact's
+    parent directory mode 777: a file the agent deleted from a directory the image ships
+    stays deleted for the tests, rather than coming back from the image."""
+    task = _task(tmp_path, ROOM_TEST, verifier_mode="separate", artifacts=("/etc/skel", "/opt/out/answer.txt"))
+    async with pool.sandbox(task, key="room") as sandbox:
+        shipped = (await sandbox.run("ls -A /etc/skel", time_limit=20)).output.split()
+        assert ".bashrc" in shipped  # the base image ships it: the control
+        await sandbox.run("rm /etc/skel/.bashrc && echo mine > /etc/skel/mine.txt && "
+                          "mkdir -p /opt/out && echo 42 > /opt/out/answer.txt", time_limit=20)
+        verdict = await grade(sandbox, task, pool=pool, key="room")
+    listed = verdict.output.split("skel=[", 1)[1].split("]", 1)[0].split()
+    assert sorted(listed) == sorted([*(name for name in shipped if name != ".bashrc"), "mine.txt"]), verdict.output
+    # A directory artifact's own mode is the copy's (Docker's copy-in sets it); not compared.
+    assert "out_mode=777" in verdict.output, verdict.output
+
+
 COLLECT_TEST = (
     "#!/bin/bash\n"
     "state=$(cat /logs/artifacts/counter 2>/dev/null)\n"

@@ -434,7 +434,10 @@ class DockerSandbox:
                 archive = await self._container.get_archive(remote)
         except DockerAnswer as absent:
             raise FileNotFoundError(f"{self.name}: no {remote} in the sandbox") from absent
-        await anyio.to_thread.run_sync(_extract_to, archive, Path(local))
+        refused = await anyio.to_thread.run_sync(_extract_to, archive, Path(local))
+        if refused:
+            log.warning("%s: download of %s skipped %d unsafe entries, e.g. %s",
+                        self.name, remote, len(refused), refused[0])
 
     @property
     def url(self) -> str:
@@ -489,12 +492,16 @@ def _tar_of(local: Path, arcname: str) -> bytes:
     return buffer.getvalue()
 
 
-def _extract_to(archive: tarfile.TarFile, local: Path) -> None:
-    """Extract so that the archive's top entry becomes ``local`` itself."""
+def _extract_to(archive: tarfile.TarFile, local: Path) -> list[str]:
+    """Extract so that the archive's top entry becomes ``local`` itself, through tarfile's
+    ``data`` filter. As Harbor 0.26's ``extract_dir`` does, a member the filter refuses (a
+    link that leaves the copy, an absolute link, a device) is skipped alone, not the whole
+    archive; returns why each was refused."""
+    refused: list[str] = []
     with archive:
         members = archive.getmembers()
         if not members:
-            return
+            return refused
         root = members[0].name.split("/")[0]
         if members[0].isdir() or len(members) > 1:
             if local.exists() and not local.is_dir():
@@ -506,7 +513,7 @@ def _extract_to(archive: tarfile.TarFile, local: Path) -> None:
             rel = member.name[len(root) :].lstrip("/")
             if member.isdir() and not rel:
                 continue
-            if not rel:  # the single file itself
+            if not rel and member.isfile():  # the single file itself
                 source = archive.extractfile(member)
                 if source is None:
                     continue
@@ -514,5 +521,11 @@ def _extract_to(archive: tarfile.TarFile, local: Path) -> None:
                     shutil.copyfileobj(source, out)
                 local.chmod(member.mode & 0o777)
                 continue
-            member.name = rel
-            archive.extract(member, local, filter="data")
+            # A single link or special file lands beside where the file would, as Harbor
+            # extracts it into its staging directory; anything else inside the copy.
+            member.name = local.name if not rel else rel
+            try:
+                archive.extract(member, local.parent if not rel else local, filter="data")
+            except tarfile.FilterError as exc:
+                refused.append(str(exc))
+    return refused

@@ -520,6 +520,8 @@ async def grade(
                 await sandbox.download(source, local)
             except FileNotFoundError:
                 continue  # Harbor skips an artifact that is not there
+            if not local.exists():
+                continue  # a link out of the artifact, refused as Harbor refuses it
             copied.append((local, source))
         async with pool.sandbox(task, key=f"{key}/verifier") as fresh:
             for local, source in copied:

@@ -81,6 +81,32 @@ async def test_separate_mode_artifacts_replace_what_the_image_has_there(pool: Sa
     assert "out_mode=777" in verdict.output, verdict.output
 
 
+LINKS_TEST = (
+    "#!/bin/bash\n"
+    "cd /app/report && for f in $(ls -A | sort); do echo \"entry=$f:$(readlink $f):$(cat $f 2>/dev/null)\"; done\n"
+    "[ -e /app/link.txt ] || [ -L /app/link.txt ] && echo link.txt=present || echo link.txt=absent\n"
+    "echo 1 > /logs/verifier/reward.txt\n"
+)
+
+
+@pytest.mark.docker
+async def test_separate_mode_skips_links_that_leave_an_artifact(pool: SandboxPool, tmp_path: Path) -> None:
+    """Harbor 0.26 copies artifacts through tarfile's ``data`` filter and skips, alone,
+    each member it refuses (``extract_dir``): a link inside the artifact crosses over, a
+    link out of it (absolute, or ``..``) does not, and an artifact that is itself an
+    absolute link is skipped; the grading goes on."""
+    task = _task(tmp_path, LINKS_TEST, verifier_mode="separate", artifacts=("/app/report", "/app/link.txt"))
+    async with pool.sandbox(task, key="links") as sandbox:
+        await sandbox.run("mkdir -p /app/report && cd /app/report && echo ok > ok.txt && ln -s ok.txt inside && "
+                          "ln -s /etc/hostname leak && echo s > /app/secret.txt && ln -s ../secret.txt up && "
+                          "ln -s /etc/passwd /app/link.txt", time_limit=20)
+        verdict = await grade(sandbox, task, pool=pool, key="links")
+    assert verdict.passed, verdict.output
+    entries = [line for line in verdict.output.splitlines() if line.startswith("entry=")]
+    assert entries == ["entry=inside:ok.txt:ok", "entry=ok.txt::ok"], verdict.output
+    assert "link.txt=absent" in verdict.output, verdict.output
+
+
 COLLECT_TEST = (
     "#!/bin/bash\n"
     "state=$(cat /logs/artifacts/counter 2>/dev/null)\n"

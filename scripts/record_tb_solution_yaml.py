@@ -15,7 +15,8 @@ so every ``min_timeout_sec`` shows as the sleep it asks for.
 
 ``tests/tasks/fixtures/terminal_bench_solution_yaml.json`` gets: ``TerminalCommand``'s
 fields and defaults; ``send_keys``'s defaults and constants; per fixture task the
-solution file chosen and the exact exec/sleep sequence; and, for a corpus of single
+solution file chosen and the exact exec/sleep sequence, and the same for single commands
+at the edges of ``block`` (``plan:<name>``); and, for a corpus of single
 entries, what ``TerminalCommand.model_validate`` makes of each (the fields, or that it
 refused). ``tests/tasks/test_solution_yaml.py`` checks ours against it.
 """
@@ -78,6 +79,18 @@ ENTRIES: dict[str, Any] = {
 }
 """Single ``solution.yaml`` entries (as ``yaml.safe_load`` gives them) to validate."""
 
+PLANS: dict[str, dict[str, Any]] = {
+    "block_text_ends_in_newline": {"command": "ls\n", "append_enter": False, "block": True},
+    "block_only_a_newline": {"command": "\n", "append_enter": False, "block": True},
+    "block_crlf_and_enter": {"command": "echo hi\r\n", "block": True, "max_timeout_sec": 7},
+    "block_without_enter": {"command": "vim", "append_enter": False, "block": True, "min_timeout_sec": 2},
+    "block_enter_key_alone": {"command": "C-m", "append_enter": False, "block": True},
+    "block_ignores_min_timeout": {"command": "make", "block": True, "min_timeout_sec": 5},
+    "key_with_enter": {"command": "C-c", "min_timeout_sec": 1},
+    "multiline_text": {"command": "cat <<'EOF'\na\nEOF", "min_timeout_sec": 0.5},
+}
+"""Single commands sent through ``TmuxSession.send_command``: the edges of ``block``."""
+
 
 class _Exec:
     exit_code = 0
@@ -135,6 +148,11 @@ def _oracle_runs() -> dict[str, Any]:
                 "commands": [c.model_dump() for c in solution["commands"]],
                 "calls": list(calls),
             }
+    for name, entry in PLANS.items():
+        calls.clear()
+        command = TerminalCommand.model_validate(entry)
+        _recording_session(calls).send_command(command)
+        runs[f"plan:{name}"] = {"solution_type": "yaml", "commands": [command.model_dump()], "calls": list(calls)}
     return runs
 
 

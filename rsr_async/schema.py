@@ -197,6 +197,9 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     tests_dir: str = ""
     test_script: str = "test.sh"
     solution_path: str | None = None
+    """The reference solution the oracle runs: Harbor's ``solution/solve.sh``; legacy
+    terminal-bench's ``solution.sh``, else its ``solution.yaml`` (keystrokes typed into
+    tmux, :mod:`rsr_async.tasks.keystrokes`); None when there is none."""
     steps: tuple[TaskStep, ...] = ()
     """A multi-step Harbor 0.26 task's ``[[steps]]``, in order (empty: a single-step
     task). Then :attr:`instruction` is the first step's (Harbor shows the agent each

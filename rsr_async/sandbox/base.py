@@ -11,7 +11,7 @@ up by the name in ``sandbox.backend`` (:mod:`rsr_async.sandbox.backends`). Nothi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
 
@@ -33,6 +33,7 @@ __all__ = [
     "SandboxProvider",
     "SandboxStats",
     "ShellSession",
+    "TmuxPane",
 ]
 
 
@@ -168,6 +169,32 @@ class ShellSession(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class TmuxPane(Protocol):
+    """A :class:`ShellSession` that may be a real tmux pane, driven the way terminal-bench's
+    ``TmuxSession`` drives its own (its keystroke solutions, ``solution.yaml``, need it)."""
+
+    @property
+    def uses_tmux(self) -> bool:
+        """Whether the shell is a tmux pane (False: an emulation; the methods below refuse)."""
+        ...
+
+    async def send_keys(self, keys: Sequence[str]) -> None:
+        """One ``tmux send-keys`` with ``keys`` as its arguments: tmux takes an argument that
+        is a key name (``Enter``, ``C-d``) as that key and any other as literal text."""
+        ...
+
+    async def wait_for(self, channel: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for ``tmux wait -S channel`` on the pane's tmux server
+        (typed into the pane after a command, it says that command finished); False when
+        the time ran out."""
+        ...
+
+    async def capture_history(self) -> str:
+        """The pane's whole scrollback and screen now (``tmux capture-pane -p -S -``)."""
+        ...
 
 
 class Sandbox(Protocol):

@@ -375,9 +375,10 @@ def task_image_repository(task_name: str) -> str:
     return f"rsr-task-{slug}-{digest}" if slug else f"rsr-task-{digest}"
 
 
-_HIDDEN_NAMES = ("tests", "solution", "solution.sh", "run-tests.sh")
+_HIDDEN_NAMES = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh")
 """Entries of a task's root that no image may hold: Harbor's ``tests/`` and ``solution/``,
-legacy terminal-bench's ``tests/``, ``solution.sh`` and ``run-tests.sh``."""
+legacy terminal-bench's ``tests/``, ``solution.sh``, ``solution.yaml`` (its keystroke
+solution) and ``run-tests.sh``."""
 
 
 def hidden_entries(task: Task, context: Path) -> frozenset[str]:

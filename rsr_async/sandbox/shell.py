@@ -30,6 +30,7 @@ import collections
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiodocker
@@ -470,6 +471,76 @@ class DockerShell:
             )
         else:
             await self._command(f"send-keys -t {self._session} -- {tmux_quote(keys)}")
+
+    async def send_keys(self, keys: Sequence[str]) -> None:
+        """One ``tmux send-keys`` with ``keys`` as its arguments, as terminal-bench's
+        ``TmuxSession`` sends them: tmux itself takes an argument that is a key name
+        (``Enter``, ``C-d``) as that key and any other as literal text (implements
+        :class:`~rsr_async.sandbox.base.TmuxPane`)."""
+        if self._fallback is not None:
+            raise ShellClosedError(f"{self._name}: the image has no tmux: tmux keys cannot be sent")
+        if not self._io.alive:
+            raise ShellClosedError(f"{self._name}: the shell has exited")
+        self._waiter.sent(b"".join(parse_keystrokes(key) for key in keys).replace(b"\r", b"\n"))
+        if not keys:
+            return
+        prefix = f"send-keys -t {self._session} --"
+        command = " ".join([prefix, *(tmux_quote(key) for key in keys)])
+        if len(command.encode()) <= _SEND_KEYS_LIMIT:
+            await self._command(command)
+            return
+        # Over tmux's message size: one key at a time, a long text as a literal (a key
+        # name is short, so only text gets here; its newlines go as Enter, as above).
+        for key in keys:
+            one = f"{prefix} {tmux_quote(key)}"
+            if len(one.encode()) > _SEND_KEYS_LIMIT:
+                one = f"send-keys -l -t {self._session} -- {tmux_quote(key.replace(chr(10), chr(13)))}"
+            await self._command(one)
+
+    async def wait_for(self, channel: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for ``tmux wait -S channel`` on this pane's tmux server;
+        False when the time ran out. The waiting tmux client runs in its own exec (as
+        terminal-bench runs ``timeout N tmux wait done``); one that timed out or was
+        cancelled is woken by signalling the channel, so no client is left behind."""
+        if self._fallback is not None:
+            raise ShellClosedError(f"{self._name}: the image has no tmux: nothing to wait for")
+        waiter = _Stream(self._container, f"{self._name}: wait-for", self._api_timeout)
+        seen = bytearray()
+
+        def feed(stream: int, data: bytes) -> None:
+            if stream == 1:
+                seen.extend(data)
+
+        await waiter.open(
+            ["sh", "-c", 'tmux -L "$1" wait-for "$2" && echo rsr-woken', "rsr-wait", self._session, channel],
+            tty=False, env={}, workdir="/",
+        )
+        try:
+            with anyio.move_on_after(max(timeout_s, 0.0)) as scope:
+                await waiter.read_loop(feed)
+            if b"rsr-woken" in seen:
+                return True
+            if not scope.cancelled_caught and waiter.error is None:
+                raise ShellClosedError(
+                    f"{self._name}: tmux wait-for {channel!r} ended without the signal "
+                    f"({bytes(seen).decode('utf-8', 'replace').strip() or 'no output'})"
+                )
+            return False
+        finally:
+            if b"rsr-woken" not in seen and self._io.alive:
+                with anyio.move_on_after(self._api_timeout, shield=True):
+                    try:
+                        await self._command(f"wait-for -S {tmux_quote(channel)}")
+                    except ShellClosedError:
+                        pass  # the server is gone, and its waiting client with it
+            await waiter.close()
+
+    async def capture_history(self) -> str:
+        """The pane's whole scrollback and screen now (``capture-pane -p -S -``)."""
+        if self._fallback is not None:
+            return self._fallback.screen()
+        await self._capture_pane()
+        return self._capture
 
     async def wait(self, max_s: float) -> bool:
         """Wait up to ``min(max_s, 60)`` seconds; True as soon as nothing more can come

@@ -705,7 +705,8 @@ def _load_legacy(path: Path) -> Task:
     if not has_env:
         raise TaskError("missing Dockerfile", task=name, path=str(path / "Dockerfile"))
 
-    solution = path / "solution.sh"
+    # terminal-bench's oracle takes solution.sh, else solution.yaml (keystrokes for tmux).
+    solution = next((s for s in (path / "solution.sh", path / "solution.yaml") if s.is_file()), None)
     labels = ("instruction", "descriptions", "category", "tags", "difficulty")
     metadata = {k: v for k, v in fields.table.items() if k not in labels}
     task = Task(
@@ -727,6 +728,6 @@ def _load_legacy(path: Path) -> Task:
         environment_dir=str(path),
         tests_dir=str(tests_dir),
         test_script="run-tests.sh",
-        solution_path=str(solution) if solution.is_file() else None,
+        solution_path=str(solution) if solution else None,
     )
     return _with_compose(task)

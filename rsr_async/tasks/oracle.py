@@ -22,6 +22,7 @@ import msgspec
 from ..errors import InfraError, SandboxError, TaskError
 from ..sandbox.base import ExecResult, Sandbox
 from ..schema import Task
+from .keystrokes import is_keystroke_solution, run_keystroke_solution
 from .steps import grade_steps
 from .verifier import Verification, VerificationError, try_grade
 
@@ -63,8 +64,12 @@ async def run_oracle(sandbox: Sandbox, task: Task, *, time_limit: float | None =
     """Run the task's reference solution in ``sandbox`` in place of a model.
 
     The solution is uploaded to a temporary path, run with bash from the task's workdir
-    under the agent timeout, then removed, so the verifier sees only its effects.
+    under the agent timeout, then removed, so the verifier sees only its effects. A
+    terminal-bench ``solution.yaml`` is typed into the sandbox's tmux shell instead, as
+    terminal-bench's oracle types it (:mod:`.keystrokes`); its output is the pane.
     """
+    if is_keystroke_solution(task):
+        return await run_keystroke_solution(sandbox, task, time_limit=time_limit)
     local, remote, script = await anyio.to_thread.run_sync(_solution_location, task)
     limit = task.agent_timeout_s if time_limit is None else time_limit
     top = remote if task.format == "harbor" else remote.rsplit("/", 1)[0]
@@ -157,9 +162,12 @@ async def _oracle_check(pool: SandboxProvider, task: Task, row: ValidationRow) -
     except Exception as exc:  # one broken task must not sink the whole validation
         row.problems.append(_problem("oracle", exc))
         return
-    row.oracle_output = f"$ solve.sh (exit {result.exit_code})\n{result.output}\n$ tests\n{verdict.output}"
+    label = Path(task.solution_path or "solve.sh").name
+    row.oracle_output = f"$ {label} (exit {result.exit_code})\n{result.output}\n$ tests\n{verdict.output}"
     _record(row, "oracle", verdict)
-    if result.timed_out:
+    if result.timed_out and is_keystroke_solution(task):
+        row.problems.append("oracle: " + result.output.partition("\n")[0].strip("[]"))
+    elif result.timed_out:
         row.problems.append(f"oracle: solution timed out after {task.agent_timeout_s:g}s")
     if verdict.error:
         row.problems.append(f"oracle: {verdict.error}")
@@ -209,12 +217,7 @@ async def validate_task(task: Task, pool: SandboxProvider) -> ValidationRow:
     unsolved = [s.name for s in task.steps if not s.solution_path]
     if not task.solution_path and not task.steps:
         row.oracle_skipped = True
-        if task.format == "terminal-bench" and (Path(task.path) / "solution.yaml").is_file():
-            # terminal-bench's other solution form: keystrokes for its tmux session.
-            row.notes.append("solution check skipped: solution.yaml (terminal-bench's keystroke "
-                             "solution) is not run here; add a solution.sh")
-        else:
-            row.notes.append("solution check skipped: no reference solution (solution/solve.sh or solution.sh)")
+        row.notes.append("solution check skipped: no reference solution (solution/solve.sh or solution.sh)")
     elif unsolved:
         row.oracle_skipped = True
         row.notes.append(f"solution check skipped: steps {', '.join(unsolved)} have no reference solution "

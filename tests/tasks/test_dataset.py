@@ -19,7 +19,7 @@ def test_broken_tasks_are_reported_and_the_rest_loads(fixtures: Path) -> None:
     data = load_dataset([fixtures])
     assert [t.name for t in data.tasks] == [
         "full-harbor", "legacy-descriptions", "legacy-hello", "legacy-swebench", "minimal-harbor",
-        "org-named", "two-steps",
+        "org-named", "tb-keystrokes", "two-steps",
     ]
     assert sorted(e.task or "" for e in data.errors) == [
         "bad-field", "bad-org-name", "bad-toml", "bad-yaml", "legacy-bad-parser", "legacy-no-run-tests",

@@ -7,7 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -19,7 +19,8 @@ from rsr_async.errors import ContainerError
 from rsr_async.sandbox import Sandbox, SandboxPool
 from rsr_async.sandbox.images import task_image_repository
 from rsr_async.schema import Task
-from rsr_async.tasks import BUNDLED_SUITE, load_task, validate
+from rsr_async.tasks import BUNDLED_SUITE, load_task, run_oracle, validate
+from rsr_async.tasks.keystrokes import COMPLETION_COMMAND, TerminalCommand, send_plan
 from tests.conftest import run_cli_env
 
 BASE = SandboxConfig().base_image
@@ -175,28 +176,80 @@ async def test_validate_without_a_solution_still_checks_the_untouched_environmen
 
 
 @pytest.mark.docker
-async def test_a_keystroke_solution_is_named_when_the_solution_check_is_skipped(
-    pool: SandboxPool, tmp_path: Path
+async def test_a_keystroke_solution_is_typed_into_tmux_and_validated(
+    pool: SandboxPool, fixtures: Path, tmp_path: Path
 ) -> None:
-    """terminal-bench's other solution form, solution.yaml (keystrokes for its tmux
-    session, as its task template ships), is not run here: the note says so by name."""
-    root = tmp_path / "keystrokes-only"
-    (root / "tests").mkdir(parents=True)
-    (root / "task.yaml").write_text("instruction: Write hello-world.txt in /app.\n")
-    (root / "Dockerfile").write_text(f"ARG BASE_IMAGE={BASE}\nFROM ${{BASE_IMAGE}}\nWORKDIR /app\n")
-    (root / "run-tests.sh").write_text('python3 -m pytest -p no:cacheprovider -rA "$TEST_DIR"\n')
-    (root / "tests" / "test_outputs.py").write_text(
-        "from pathlib import Path\ndef test_hello(): assert Path('/app/hello-world.txt').exists()\n")
-    (root / "solution.yaml").write_text("- command: echo 'Hello, world!' > hello-world.txt\n  append_enter: true\n")
+    """terminal-bench's other solution form, solution.yaml, is typed into the sandbox's
+    tmux pane as its OracleAgent types it. The fixture's solution needs each rule: a
+    background job, text and C-d for a running cat with and without Enter, and blocking
+    commands (the last must finish before the tests run)."""
+    root = tmp_path / "tb-keystrokes"
+    shutil.copytree(fixtures / "keystrokes/tb-keystrokes", root)
     task = load_task(root)
-    assert task.solution_path is None
+    assert Path(task.solution_path or "").name == "solution.yaml"
     try:
         [row] = await validate([task], pool)
     finally:
         await anyio.to_thread.run_sync(_remove_images, [task.name])
-    assert row.ok and row.oracle_skipped and row.nop_reward == 0.0, (row.problems, row.nop_output)
-    assert row.notes == ["solution check skipped: solution.yaml (terminal-bench's keystroke solution) "
-                         "is not run here; add a solution.sh"]
+    assert row.ok and not row.oracle_skipped and row.notes == [], (row.problems, row.oracle_output)
+    assert (row.oracle_reward, row.nop_reward) == (1.0, 0.0)
+    # The report shows what the pane showed: the typed lines, the blocking suffix.
+    head, _, rest = row.oracle_output.partition("\n")
+    assert head == "$ solution.yaml (exit 0)"
+    assert "cat > /app/notes.txt" in rest and "seq 1 5 > /app/numbers.txt; tmux wait -S done" in rest
+
+
+def _broken_plan(rule: str) -> Callable[[TerminalCommand], tuple[list[str], bool]]:
+    def plan(command: TerminalCommand) -> tuple[list[str], bool]:
+        keys, blocking = send_plan(command)
+        if rule == "no-enter":
+            return send_plan(msgspec.structs.replace(command, append_enter=False))
+        return ([k for k in keys if k not in (COMPLETION_COMMAND, "Enter")] + ["Enter"], False) if blocking \
+            else (keys, blocking)
+    return plan
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("rule", ["no-enter", "no-block"])
+async def test_a_wrong_keystroke_rule_fails_the_fixture(
+    pool: SandboxPool, fixtures: Path, rule: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control for the test above: keys sent without Enter, or blocking commands not
+    waited for, and the same solution scores 0 (so the fixture does test the rules)."""
+    from rsr_async.tasks import keystrokes
+    from rsr_async.tasks.verifier import try_grade
+
+    task = msgspec.structs.replace(load_task(fixtures / "keystrokes/tb-keystrokes"), docker_image=BASE,
+                                   environment_dir=None)
+    monkeypatch.setattr(keystrokes, "send_plan", _broken_plan(rule))
+    async with pool.sandbox(task, key=f"keystrokes-{rule}") as sandbox:
+        await sandbox.run("mkdir -p /app", time_limit=10)
+        result = await run_oracle(sandbox, task)
+        verdict = await try_grade(sandbox, task, pool=pool, key=f"keystrokes-{rule}")
+    assert not result.timed_out, result.output
+    assert verdict.reward == 0.0, verdict.output
+
+
+@pytest.mark.docker
+async def test_a_blocking_entry_past_its_max_timeout_stops_the_keystrokes(
+    pool: SandboxPool, fixtures: Path, tmp_path: Path
+) -> None:
+    """terminal-bench raises when ``tmux wait done`` outlasts max_timeout_sec, so no later
+    entry is sent; ours stops there too, says so, and leaves no waiting tmux client."""
+    root = tmp_path / "tb-slow"
+    shutil.copytree(fixtures / "keystrokes/tb-keystrokes", root)
+    (root / "solution.yaml").write_text(
+        "- command: sleep 30\n  block: true\n  max_timeout_sec: 1\n- command: touch /app/after.txt\n")
+    task = msgspec.structs.replace(load_task(root), docker_image=BASE, environment_dir=None)
+    async with pool.sandbox(task, key="keystrokes-slow") as sandbox:
+        await sandbox.run("mkdir -p /app", time_limit=10)
+        with anyio.fail_after(30):
+            result = await run_oracle(sandbox, task)
+        left = await sandbox.run("ls /app/after.txt 2>&1; grep -l 'wait-fo[r]' /proc/[0-9]*/cmdline 2>/dev/null "
+                                 "| wc -l", time_limit=10)  # [r]: not this command itself
+    assert result.timed_out and result.exit_code == 124
+    assert result.output.startswith("[solution.yaml entry 1: not finished within max_timeout_sec 1s;")
+    assert "No such file" in left.output and left.output.split()[-1] == "0", left.output
 
 
 @pytest.mark.docker

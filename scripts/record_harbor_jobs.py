@@ -52,8 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 import shutil
 import subprocess
 import sys
@@ -63,30 +61,21 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
-os.environ["HARBOR_TELEMETRY"] = "0"  # harbor/telemetry.py: no PostHog events
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _harbor_recording, and MODULE
+# when Harbor imports it by name
 
-from harbor.agents.base import BaseAgent  # noqa: E402
+import _harbor_recording as recording  # noqa: E402  (first: it sets Harbor's environment)
 from harbor.agents.installed.base import (  # noqa: E402
     ApiRateLimitError,
     NonZeroAgentExitCodeError,
 )
-from harbor.environments.base import (  # noqa: E402
-    BaseEnvironment,
-    ExecResult,
-    SandboxBuildFailedError,
-)
-from harbor.job import Job  # noqa: E402
+from harbor.environments.base import BaseEnvironment, SandboxBuildFailedError  # noqa: E402
 from harbor.llms.base import ContextLengthExceededError  # noqa: E402
 from harbor.metrics.mean import Mean  # noqa: E402
 from harbor.models.agent.context import AgentContext  # noqa: E402
-from harbor.models.job.config import DatasetConfig, JobConfig  # noqa: E402
+from harbor.models.job.config import DatasetConfig  # noqa: E402
 from harbor.models.job.result import JobResult, JobStats  # noqa: E402
-from harbor.models.trial.config import (  # noqa: E402
-    AgentConfig,
-    EnvironmentConfig,
-    TrialConfig,
-)
+from harbor.models.trial.config import AgentConfig, TrialConfig  # noqa: E402
 from harbor.models.trial.error_policy import ERROR_POLICIES, UNKNOWN_ERROR_POLICY  # noqa: E402
 from harbor.models.trial.result import TrialResult  # noqa: E402
 from harbor.utils.pass_at_k import compute_pass_at_k_by_evals  # noqa: E402
@@ -200,25 +189,15 @@ def _plan_action(job: str, agent: str, task: str) -> str:
     return PLANS[key][attempt]
 
 
-class HostDirEnvironment(BaseEnvironment):
-    """A host directory in place of the container (see the module docstring)."""
+class HostDirEnvironment(recording.HostDirEnvironment):
+    """A host directory in place of the container (see the module docstring); ``start``
+    acts out the sandbox part of the trial's plan."""
 
-    _PATHS = re.compile(r"(?<![\w.$/-])/(?=(?:logs|tests|solution|app)(?:/|\b))")
+    SANDBOXES = WORK / "sandboxes"
 
     def __init__(self, *args: Any, job: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._job = job
-        self._root = WORK / "sandboxes" / self.session_id
-
-    @staticmethod
-    def type() -> str:
-        return "host-dir"
-
-    def _validate_definition(self) -> None:
-        pass
-
-    def _host(self, path: str) -> Path:
-        return self._root / path.lstrip("/")
 
     async def start(self, force_build: bool) -> None:
         config = TrialConfig.model_validate_json(self.trial_paths.config_path.read_text())
@@ -232,56 +211,10 @@ class HostDirEnvironment(BaseEnvironment):
                 f"docker build failed for {self.environment_name}: "
                 "E: Unable to locate package libssl1.1"
             )
-        for sub in ("app", "logs/agent", "logs/verifier", "logs/artifacts"):
-            (self._root / sub).mkdir(parents=True, exist_ok=True)
-
-    async def stop(self, delete: bool) -> None:
-        shutil.rmtree(self._root, ignore_errors=True)
-
-    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        target = self._host(target_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source_path, target)
-
-    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        shutil.copytree(source_dir, self._host(target_dir), dirs_exist_ok=True)
-
-    async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        Path(target_path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(self._host(source_path), target_path)
-
-    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        source = self._host(source_dir)
-        if source.is_dir():
-            shutil.copytree(source, target_dir, dirs_exist_ok=True)
-
-    async def exec(
-        self,
-        command: str,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_sec: int | None = None,
-        user: str | int | None = None,
-    ) -> ExecResult:
-        command = self._PATHS.sub(str(self._root) + "/", command)
-        where = self._host(cwd) if cwd else self._root / "app"
-        where.mkdir(parents=True, exist_ok=True)
-        process = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            command,
-            cwd=where,
-            env={**os.environ, **(env or {}), "ROOT": str(self._root)},
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_sec)
-        return ExecResult(
-            stdout=stdout.decode(), stderr=stderr.decode(), return_code=process.returncode or 0
-        )
+        await super().start(force_build)
 
 
-class ScriptedTerminus(BaseAgent):
+class ScriptedTerminus(recording.PlannedAgent):
     """Reports itself as ``terminus-2``; acts out its trial's planned action."""
 
     @staticmethod
@@ -290,9 +223,6 @@ class ScriptedTerminus(BaseAgent):
 
     def version(self) -> str:
         return "2.0.0"
-
-    async def setup(self, environment: BaseEnvironment) -> None:
-        return
 
     async def run(
         self, instruction: str, environment: BaseEnvironment, context: AgentContext
@@ -338,26 +268,6 @@ def terminus(model: str, timeout_s: float | None = 3.0) -> AgentConfig:
         model_name=f"openai/{model}",
         override_timeout_sec=timeout_s,
     )
-
-
-async def run_job(
-    name: str, agents: list[AgentConfig], datasets: list[DatasetConfig], n_attempts: int
-) -> JobResult:
-    config = JobConfig(
-        job_name=name,
-        jobs_dir=WORK / "jobs",
-        n_attempts=n_attempts,
-        n_concurrent_trials=1,  # the plans are in run order
-        quiet=True,
-        skip_credential_checks=True,
-        agents=agents,
-        datasets=datasets,
-        environment=EnvironmentConfig(
-            import_path=f"{MODULE}:HostDirEnvironment", kwargs={"job": name}
-        ),
-    )
-    job = await Job.create(config)
-    return await job.run()
 
 
 def fixture_copy(job_dir: Path, out: Path) -> None:
@@ -484,7 +394,10 @@ JOBS = {
 def run_job_process(name: str) -> None:
     """One job in this process (``--job NAME``): how ``harbor run`` runs one."""
     sys.modules.setdefault(MODULE, sys.modules[__name__])  # one module for import_path
-    asyncio.run(run_job(name, *JOBS[name](WORK / "datasets")))
+    agents, datasets, n_attempts = JOBS[name](WORK / "datasets")
+    asyncio.run(recording.run_job(
+        WORK, MODULE, name, agents, datasets, n_attempts, environment_kwargs={"job": name}
+    ))
 
 
 def kill_while_running(name: str) -> str:

@@ -35,25 +35,19 @@ step's verifier is the one deliberate difference: a permanent error here).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import re
-import shutil
 import sys
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
-os.environ["HARBOR_TELEMETRY"] = "0"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _harbor_recording, and MODULE
+# when Harbor imports it by name
 
-from harbor.agents.base import BaseAgent  # noqa: E402
+import _harbor_recording as recording  # noqa: E402  (first: it sets Harbor's environment)
 from harbor.environments.base import BaseEnvironment, ExecResult  # noqa: E402
-from harbor.job import Job  # noqa: E402
 from harbor.models.agent.context import AgentContext  # noqa: E402
-from harbor.models.job.config import DatasetConfig, JobConfig  # noqa: E402
-from harbor.models.trial.config import AgentConfig, EnvironmentConfig  # noqa: E402
-from harbor.models.trial.result import TrialResult  # noqa: E402
+from harbor.models.job.config import DatasetConfig  # noqa: E402
+from harbor.models.trial.config import AgentConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tests" / "tasks" / "harbor_steps"
@@ -113,70 +107,18 @@ def step_instructions() -> dict[str, str]:
     }
 
 
-class HostDirEnvironment(BaseEnvironment):
-    """A host directory in place of the container; ``exec`` runs bash there with the
-    container paths rewritten under it (``ROOT`` names the directory)."""
+class HostDirEnvironment(recording.HostDirEnvironment):
+    """A host directory in place of the container (:mod:`_harbor_recording`), with the
+    tasks' ``tests`` made at start, and ``pwd`` answering the container's ``WORKDIR``."""
 
-    _PATHS = re.compile(r"(?<![\w.$/-])/(?=(?:logs|tests|solution|app)(?:/|\b))")
+    SANDBOXES = WORK / "sandboxes"
+    DIRS = ("app", "logs/agent", "logs/verifier", "logs/artifacts", "tests")
+    CWD = WORKDIR
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._root = WORK / "sandboxes" / self.session_id
-
-    @staticmethod
-    def type() -> str:
-        return "host-dir"
-
-    def _validate_definition(self) -> None:
-        pass
-
-    def _host(self, path: str) -> Path:
-        return self._root / path.lstrip("/")
-
-    async def start(self, force_build: bool) -> None:
-        for sub in ("app", "logs/agent", "logs/verifier", "logs/artifacts", "tests"):
-            (self._root / sub).mkdir(parents=True, exist_ok=True)
-
-    async def stop(self, delete: bool) -> None:
-        shutil.rmtree(self._root, ignore_errors=True)
-
-    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        target = self._host(target_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source_path, target)
-
-    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        shutil.copytree(source_dir, self._host(target_dir), dirs_exist_ok=True)
-
-    async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        Path(target_path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(self._host(source_path), target_path)
-
-    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        source = self._host(source_dir)
-        if source.is_dir():
-            shutil.copytree(source, target_dir, dirs_exist_ok=True)
-
-    async def exec(
-        self,
-        command: str,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_sec: int | None = None,
-        user: str | int | None = None,
-    ) -> ExecResult:
+    async def exec(self, command: str, *args: Any, **kwargs: Any) -> ExecResult:
         if command.strip() == "pwd":  # the container's working directory, not the host's
             return ExecResult(stdout=WORKDIR + "\n", stderr="", return_code=0)
-        command = self._PATHS.sub(str(self._root) + "/", command)
-        where = self._host(cwd or WORKDIR)
-        where.mkdir(parents=True, exist_ok=True)
-        process = await asyncio.create_subprocess_exec(
-            "bash", "-c", command, cwd=where,
-            env={**os.environ, **(env or {}), "ROOT": str(self._root)},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
-        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_sec)
-        return ExecResult(stdout=stdout.decode(), stderr=stderr.decode(), return_code=process.returncode or 0)
+        return await super().exec(command, *args, **kwargs)
 
 
 RECEIVED: list[str] = []
@@ -191,18 +133,8 @@ def received() -> list[str]:
     return record_harbor_steps.RECEIVED
 
 
-class PlannedAgent(BaseAgent):
+class PlannedAgent(recording.PlannedAgent):
     """Runs, for the step whose instruction it is given, what the plan says."""
-
-    @staticmethod
-    def name() -> str:
-        return "planned"
-
-    def version(self) -> str:
-        return "1.0.0"
-
-    async def setup(self, environment: BaseEnvironment) -> None:
-        return
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         RECEIVED.append(instruction)
@@ -219,48 +151,25 @@ async def run_plan(plan: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for task in sorted(p for p in TASKS.iterdir() if (p / "task.toml").is_file()):
         received().clear()
-        config = JobConfig(
-            job_name=f"steps-{plan}-{task.name}",
-            jobs_dir=WORK / "jobs",
-            n_attempts=1,
-            n_concurrent_trials=1,
-            quiet=True,
-            skip_credential_checks=True,
+        name = f"steps-{plan}-{task.name}"
+        await recording.run_job(
+            WORK, MODULE, name,
             agents=[AgentConfig(import_path=f"{MODULE}:PlannedAgent")],
             datasets=[DatasetConfig(path=TASKS, task_names=[task.name])],
-            environment=EnvironmentConfig(import_path=f"{MODULE}:HostDirEnvironment"),
         )
-        job = await Job.create(config)
-        await job.run()
-        results = sorted((WORK / "jobs" / config.job_name).glob("*/result.json"))
+        results = recording.trial_results(WORK, name)
         assert len(results) == 1, results
-        result = TrialResult.model_validate_json(results[0].read_text())
+        result = results[0]
         steps = [
-            {
-                "name": step.step_name,
-                "rewards": step.verifier_result.rewards if step.verifier_result else None,
-                "exception": step.exception_info.exception_type if step.exception_info else None,
-            }
+            {"name": step.step_name, **recording.outcome(step)}
             for step in result.step_results or []
         ]
-        out[task.name] = {
-            "instructions": list(received()),
-            "steps": steps,
-            "rewards": result.verifier_result.rewards if result.verifier_result else None,
-            "exception": result.exception_info.exception_type if result.exception_info else None,
-        }
+        out[task.name] = {"instructions": list(received()), "steps": steps, **recording.outcome(result)}
     return out
 
 
 def main() -> int:
-    shutil.rmtree(WORK, ignore_errors=True)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    recorded: dict[str, Any] = {"harbor": version("harbor"), "plans": PLANS, "trials": {}}
-    for plan in PLANS:
-        for task, outcome in asyncio.run(run_plan(plan)).items():
-            recorded["trials"].setdefault(task, {})[plan] = outcome
-    (TASKS / "expected.json").write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
-    print(json.dumps(recorded["trials"], indent=2, sort_keys=True))
+    recording.record_plans(WORK, PLANS, run_plan, "trials", TASKS / "expected.json")
     return 0
 
 

@@ -24,26 +24,19 @@ compares.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import re
-import shutil
 import sys
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
-os.environ["HARBOR_TELEMETRY"] = "0"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _harbor_recording, and MODULE
+# when Harbor imports it by name
 
-from harbor.agents.base import BaseAgent  # noqa: E402
-from harbor.environments.base import BaseEnvironment, ExecResult  # noqa: E402
-from harbor.job import Job  # noqa: E402
+import _harbor_recording as recording  # noqa: E402  (first: it sets Harbor's environment)
+from harbor.environments.base import BaseEnvironment  # noqa: E402
 from harbor.models.agent.context import AgentContext  # noqa: E402
-from harbor.models.job.config import DatasetConfig, JobConfig  # noqa: E402
-from harbor.models.trial.config import AgentConfig, EnvironmentConfig  # noqa: E402
-from harbor.models.trial.result import TrialResult  # noqa: E402
+from harbor.models.job.config import DatasetConfig  # noqa: E402
+from harbor.models.trial.config import AgentConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tests" / "tasks" / "harbor_separate"
@@ -60,82 +53,18 @@ PLANS: dict[str, list[str]] = {
 }
 
 
-class HostDirEnvironment(BaseEnvironment):
-    """A host directory in place of the container; ``exec`` runs bash there with the
-    container paths rewritten under it (``ROOT`` names the directory)."""
+class HostDirEnvironment(recording.HostDirEnvironment):
+    """A host directory in place of the container (:mod:`_harbor_recording`), with
+    ``/var`` mapped under it too (the agent writes ``/var/lib/app``), and commands run at
+    its root when no ``cwd`` is given."""
 
-    _PATHS = re.compile(r"(?<![\w.$/-])/(?=(?:logs|tests|solution|app|var)(?:/|\b))")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._root = WORK / "sandboxes" / self.session_id
-
-    @staticmethod
-    def type() -> str:
-        return "host-dir"
-
-    def _validate_definition(self) -> None:
-        pass
-
-    def _host(self, path: str) -> Path:
-        return self._root / path.lstrip("/")
-
-    async def start(self, force_build: bool) -> None:
-        for sub in ("app", "logs/agent", "logs/verifier", "logs/artifacts"):
-            (self._root / sub).mkdir(parents=True, exist_ok=True)
-
-    async def stop(self, delete: bool) -> None:
-        shutil.rmtree(self._root, ignore_errors=True)
-
-    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        target = self._host(target_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source_path, target)
-
-    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        shutil.copytree(source_dir, self._host(target_dir), dirs_exist_ok=True)
-
-    async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        Path(target_path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(self._host(source_path), target_path)
-
-    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        source = self._host(source_dir)
-        if source.is_dir():
-            shutil.copytree(source, target_dir, dirs_exist_ok=True)
-
-    async def exec(
-        self,
-        command: str,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_sec: int | None = None,
-        user: str | int | None = None,
-    ) -> ExecResult:
-        command = self._PATHS.sub(str(self._root) + "/", command)
-        where = self._host(cwd) if cwd else self._root
-        where.mkdir(parents=True, exist_ok=True)
-        process = await asyncio.create_subprocess_exec(
-            "bash", "-c", command, cwd=where,
-            env={**os.environ, **(env or {}), "ROOT": str(self._root)},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
-        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_sec)
-        return ExecResult(stdout=stdout.decode(), stderr=stderr.decode(), return_code=process.returncode or 0)
+    SANDBOXES = WORK / "sandboxes"
+    MOUNTS = ("logs", "tests", "solution", "app", "var")
+    CWD = "/"
 
 
-class PlannedAgent(BaseAgent):
+class PlannedAgent(recording.PlannedAgent):
     """Runs its plan's commands (the plan is named by the job)."""
-
-    @staticmethod
-    def name() -> str:
-        return "planned"
-
-    def version(self) -> str:
-        return "1.0.0"
-
-    async def setup(self, environment: BaseEnvironment) -> None:
-        return
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         plan = os.environ["RSR_RECORD_PLAN"]
@@ -146,38 +75,20 @@ class PlannedAgent(BaseAgent):
 
 async def grade(plan: str) -> dict[str, dict[str, Any]]:
     os.environ["RSR_RECORD_PLAN"] = plan
-    config = JobConfig(
-        job_name=f"separate-{plan}",
-        jobs_dir=WORK / "jobs",
-        n_attempts=1,
-        n_concurrent_trials=1,
-        quiet=True,
-        skip_credential_checks=True,
+    name = f"separate-{plan}"
+    await recording.run_job(
+        WORK, MODULE, name,
         agents=[AgentConfig(import_path=f"{MODULE}:PlannedAgent", override_timeout_sec=30)],
         datasets=[DatasetConfig(path=TASKS)],
-        environment=EnvironmentConfig(import_path=f"{MODULE}:HostDirEnvironment"),
     )
-    job = await Job.create(config)
-    await job.run()
-    out: dict[str, dict[str, Any]] = {}
-    for path in sorted((WORK / "jobs" / config.job_name).glob("*/result.json")):
-        result = TrialResult.model_validate_json(path.read_text())
-        out[result.task_name.split("/")[-1]] = {
-            "rewards": result.verifier_result.rewards if result.verifier_result else None,
-            "exception": result.exception_info.exception_type if result.exception_info else None,
-        }
-    return out
+    return {
+        result.task_name.split("/")[-1]: recording.outcome(result)
+        for result in recording.trial_results(WORK, name)
+    }
 
 
 def main() -> int:
-    shutil.rmtree(WORK, ignore_errors=True)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    recorded: dict[str, Any] = {"harbor": version("harbor"), "plans": PLANS, "rewards": {}}
-    for plan in PLANS:
-        for task, outcome in asyncio.run(grade(plan)).items():
-            recorded["rewards"].setdefault(task, {})[plan] = outcome
-    (TASKS / "expected.json").write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
-    print(json.dumps(recorded["rewards"], indent=2, sort_keys=True))
+    recording.record_plans(WORK, PLANS, grade, "rewards", TASKS / "expected.json")
     return 0
 
 

@@ -1,13 +1,16 @@
 """The leak scan's second pass (rules and constants documented in ``leakrules``): the pure
 scanner's, and, compiled, the compiled scanner's.
 
-``leakjudge.pyx`` includes this file's source (Cython ``include``), so the rules below are
-written once and run both ways; it then subclasses :class:`Judge`, replacing only the
-methods marked "kernel" (substring search, the wrapped-value search, the number scan, the
-create-word test, the ``computed`` arithmetic) with C over one-byte text. Hence no
-``from __future__`` import here (the include puts these lines in the middle of
-``leakjudge``, where none is allowed) and absolute imports (they run there too). What is
-written here costs the compiled scanner too: each Python-level call does.
+This file is also compiled as it is, into ``_leakjudge_rules`` (Cython's pure Python mode:
+``_leakjudge_rules.pxd`` gives the class, its methods, attributes and hot locals C types;
+here they stay plain Python), so the rules below are written once and run both ways.
+``leakjudge.pyx`` subclasses that compiled :class:`Judge`, replacing only the methods
+marked "kernel" (substring search, the wrapped-value search, the number scan, the
+create-word test, the ``computed`` arithmetic) with C over one-byte text. What that
+compile asks of this source: no generator expressions (Cython compiles none inside a
+typed method; a loop does the same), a method's arguments as the ``.pxd`` declares them,
+and a new method declared there too, or it stays a Python-level call. What is written
+here costs the compiled scanner too.
 """
 
 import bisect

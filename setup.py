@@ -39,8 +39,29 @@ def _extensions() -> list[Extension]:
         )
         for pyx in sorted(NATIVE_DIR.glob("*.pyx"))
     ]
-    return list(
-        cythonize(
+    # The leak scan's second pass is written once, in the pure twin ``leakjudge_py.py``;
+    # compiled as its own module (typed by ``_leakjudge_rules.pxd``, Cython's pure Python
+    # mode), it is the base ``leakjudge.pyx`` puts its kernels on. Being Python source, it
+    # keeps Python's semantics: checked and negative indexes, Python division, and
+    # annotations that are not C types.
+    rules = Extension(
+        "rsr_async._native._leakjudge_rules",
+        [str(NATIVE_DIR / "leakjudge_py.py")],
+        extra_compile_args=["-O3"],
+    )
+    return [
+        *cythonize(
+            [rules],
+            language_level=3,
+            compiler_directives={
+                "boundscheck": True,
+                "wraparound": True,
+                "cdivision": False,
+                "annotation_typing": False,
+                "embedsignature": True,
+            },
+        ),
+        *cythonize(
             modules,
             language_level=3,
             compiler_directives={
@@ -50,8 +71,8 @@ def _extensions() -> list[Extension]:
                 "initializedcheck": False,
                 "embedsignature": True,
             },
-        )
-    )
+        ),
+    ]
 
 
 class OptionalBuildExt(build_ext):

@@ -1,18 +1,18 @@
-# cython: language_level=3, boundscheck=True, wraparound=True, annotation_typing=False
-"""The leak scan's second pass, compiled: ``leakjudge_py.py``'s source with its kernels in C.
+# cython: language_level=3, boundscheck=True, wraparound=True
+"""The leak scan's second pass, compiled: ``leakjudge_py.py``'s rules with their kernels in C.
 
-Every rule is written once, in ``leakjudge_py.py`` (the pure scanner's second pass),
-whose source is compiled here by ``include`` (its annotations are not C types:
-``annotation_typing=False`` keeps Python's semantics). :class:`Judge` then subclasses
-that class and replaces only the kernels, where the pass spends its time reading public
-text: searching it for values nobody showed (a value, its halves, the parts of a path),
-joining wrapped windows, reading numbers off screens, the create-word test, the
-``computed`` arithmetic. One-byte text (nearly every terminal screen) is searched in C,
-16 starts at a time: two of the needle's rarest bytes are compared at their offsets
-together (SSE2, or AVX2 or AVX-512BW where the CPU has them), so a hit of one common
-byte costs no compare. A wrapped value's windows are joined in C (the ``_JOIN``
-pattern, written out) into a buffer that is searched the same way. Other text takes the
-twin's code.
+Every rule is written once, in ``leakjudge_py.py`` (the pure scanner's second pass). That
+source is also compiled as it is, typed by ``_leakjudge_rules.pxd`` (Cython's pure Python
+mode), into ``_leakjudge_rules``, whose :class:`Judge` is an extension type whose rules
+call one another through C. :class:`Judge` here subclasses it and replaces only the
+kernels, where the pass spends its time reading public text: searching it for values
+nobody showed (a value, its halves, the parts of a path), joining wrapped windows,
+reading numbers off screens, the create-word test, the ``computed`` arithmetic. One-byte
+text (nearly every terminal screen) is searched in C, 16 starts at a time: two of the
+needle's rarest bytes are compared at their offsets together (SSE2, or AVX2 or AVX-512BW
+where the CPU has them), so a hit of one common byte costs no compare. A wrapped value's
+windows are joined in C (the ``_JOIN`` pattern, written out) into a buffer that is
+searched the same way. Other text takes the twin's code.
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -21,9 +21,8 @@ from libc.stdint cimport uint8_t
 from libc.math cimport fabs
 from libc.string cimport memcmp
 
-include "leakjudge_py.py"
-
-_RulesJudge = Judge  # the twin's class, compiled from its source above
+from rsr_async._native._leakjudge_rules cimport Judge as _RulesJudge
+from rsr_async._native.leakrules import _CREATES, _JOIN, _NUMBER
 
 cdef extern from "rsr_find.h":
     # The substring search both compiled passes use (SSE2, AVX2 or AVX-512BW, chosen at
@@ -252,12 +251,10 @@ cdef Py_ssize_t _join_window(const uint8_t* w, Py_ssize_t n, uint8_t* out) noexc
     return o
 
 
-class Judge(_RulesJudge):
+cdef class Judge(_RulesJudge):
     """The second pass for one episode (``leakjudge_py.Judge``, its kernels compiled)."""
 
-    __slots__ = ()
-
-    def _contains(self, str value, Py_ssize_t start):
+    cpdef bint _contains(self, str value, Py_ssize_t start) except -1:
         """``value`` is a substring of some text from ``texts[start]`` on."""
         cdef Py_ssize_t i
         cdef str text
@@ -275,7 +272,7 @@ class Judge(_RulesJudge):
                 return True
         return False
 
-    def _wrapped_near(self, str value, str piece, Py_ssize_t offset):
+    cpdef bint _wrapped_near(self, str value, str piece, Py_ssize_t offset) except -1:
         """Some text, around one of the first 64 occurrences of ``piece``, holds
         ``value`` once line wraps are joined (windows of one-byte text joined in C)."""
         cdef Py_ssize_t n = len(value), at, hits, lo, hi, size, joined, length
@@ -324,18 +321,16 @@ class Judge(_RulesJudge):
                 hits += 1
         return False
 
-    @staticmethod
-    def _numbers_back(str text, Py_ssize_t start, Py_ssize_t cut):
+    cpdef list _numbers_back(self, str text, Py_ssize_t start, Py_ssize_t cut):
         """``_NUMBER.findall(text, start, cut)``, newest first."""
         return _numbers_back_c(text, start, cut)
 
-    @staticmethod
-    def _creates(str line):
+    cpdef bint _creates(self, str line) except -1:
         """``_CREATES.search(line)`` finds something."""
         return _creates_c(line)
 
-    @staticmethod
-    def _computed(double target, double rounding, double exact, list seen, list with_units):
+    cpdef bint _computed(self, double target, double rounding, double exact, list seen,
+                         list with_units) except -1:
         """The twin's ``_computed`` on C arrays of the numbers."""
         cdef Py_ssize_t n_seen = len(seen), n_units = len(with_units), i
         cdef double a

@@ -1,13 +1,16 @@
 """The leak scan's second pass (rules and constants documented in ``leakrules``): the pure
 scanner's, and, compiled, the compiled scanner's.
 
-``leakjudge.pyx`` includes this file's source (Cython ``include``), so the rules below are
-written once and run both ways; it then subclasses :class:`Judge`, replacing only the
-methods marked "kernel" (substring search, the wrapped-value search, the number scan, the
-create-word test, the ``computed`` arithmetic) with C over one-byte text. Hence no
-``from __future__`` import here (the include puts these lines in the middle of
-``leakjudge``, where none is allowed) and absolute imports (they run there too). What is
-written here costs the compiled scanner too: each Python-level call does.
+This file is also compiled as it is, into ``_leakjudge_rules`` (Cython's pure Python mode:
+``_leakjudge_rules.pxd`` gives the class, its methods, attributes and hot locals C types;
+here they stay plain Python), so the rules below are written once and run both ways.
+``leakjudge.pyx`` subclasses that compiled :class:`Judge`, replacing only the methods
+marked "kernel" (substring search, the wrapped-value search, the number scan, the
+create-word test, the ``computed`` arithmetic) with C over one-byte text. What that
+compile asks of this source: no generator expressions (Cython compiles none inside a
+typed method; a loop does the same), a method's arguments as the ``.pxd`` declares them,
+and a new method declared there too, or it stays a Python-level call. What is written
+here costs the compiled scanner too.
 """
 
 import bisect
@@ -42,12 +45,35 @@ from rsr_async.schema import Leak
 __all__ = ["Judge"]
 
 
+def _has_digit(text: str) -> bool:
+    for c in text:
+        if c.isdigit():
+            return True
+    return False
+
+
+def _holds_any(text: str, pieces: list[str]) -> bool:
+    """Some of ``pieces`` is a substring of ``text``."""
+    for piece in pieces:
+        if piece in text:
+            return True
+    return False
+
+
+def _inside(position: int, spans: list[tuple[int, int]]) -> bool:
+    """``position`` lies strictly inside one of ``spans``."""
+    for start, end in spans:
+        if start < position < end:
+            return True
+    return False
+
+
 def _carries_digits(part: str) -> bool:
     """A part the first pass would weigh: a number with 3+ significant digits (or a dot),
     or a name of 3+ characters holding a digit."""
     if part.replace(".", "").isdigit():
         return "." in part or len(part.strip("0")) >= 3
-    return len(part) >= 3 and any(c.isdigit() for c in part)
+    return len(part) >= 3 and _has_digit(part)
 
 
 def _decimals(value: str) -> int:
@@ -108,7 +134,10 @@ class Judge:
 
     def _contains(self, value: str, start: int) -> bool:
         """Kernel: ``value`` is a substring of some text from ``texts[start]`` on."""
-        return any(value in text for text in self._texts[start:])
+        for text in self._texts[start:]:
+            if value in text:
+                return True
+        return False
 
     def _wrapped_near(self, value: str, piece: str, offset: int) -> bool:
         """Kernel: some text, around one of the first 64 occurrences of ``piece`` (which
@@ -125,18 +154,15 @@ class Judge:
                 hits += 1
         return False
 
-    @staticmethod
-    def _numbers_back(text: str, start: int, cut: int) -> list[str]:
+    def _numbers_back(self, text: str, start: int, cut: int) -> list[str]:
         """Kernel: ``_NUMBER.findall(text, start, cut)``, newest first."""
         return _NUMBER.findall(text, start, cut)[::-1]
 
-    @staticmethod
-    def _creates(line: str) -> bool:
+    def _creates(self, line: str) -> bool:
         """Kernel: ``_CREATES.search(line)`` finds something."""
         return _CREATES.search(line) is not None
 
-    @staticmethod
-    def _computed(target: float, rounding: float, exact: float, seen: list[float],
+    def _computed(self, target: float, rounding: float, exact: float, seen: list[float],
                   with_units: list[float]) -> bool:
         """Kernel: ``target`` is one arithmetic step from the sorted numbers ``seen``
         (``with_units``: the same with the unit constants), within ``rounding`` (the
@@ -169,7 +195,10 @@ class Judge:
                  if self._seen_part(piece)]
         if len(shown) == 2 and self._seen_part(value):
             return True
-        return any(self._wrapped_near(value, piece, offset) for piece, offset in shown)
+        for piece, offset in shown:
+            if self._wrapped_near(value, piece, offset):
+                return True
+        return False
 
     def _seen_part(self, part: str) -> bool:
         """``part`` is a substring of some public text (memoised as texts only grow).
@@ -183,12 +212,20 @@ class Judge:
         count = len(self._texts)
         if self._absent_count != count:
             self._absent_count, self._absent = count, []
-        if not any(absent in part for absent in self._absent) and self._contains(part, searched):
+        if not _holds_any(part, self._absent) and self._contains(part, searched):
             self._parts[part] = -1
             return True
         self._parts[part] = count
         self._absent = [*self._absent[-(_ABSENT - 1):], part]
         return False
+
+    def _all_seen(self, parts: list[str]) -> bool:
+        """Every one of ``parts`` is in some public text (searched in order, to the first
+        that is not)."""
+        for part in parts:
+            if not self._seen_part(part):
+                return False
+        return True
 
     def _working_directory(self) -> str | None:
         if self._cwd is None:
@@ -347,8 +384,7 @@ class Judge:
             head = "/" + "/".join(parts[:cut])
             if (cut == 0 or self._sandbox.holds_path(head) or head in self._created
                     or (cut > 1 and self._seen_part(head))):
-                rest = parts[cut:]
-                if not rest or all(self._seen_part(p) for p in rest):
+                if self._all_seen(parts[cut:]):
                     return "path-parts"
                 break
         # Last, as the dearest: a search of every screen for the path, whole or wrapped.
@@ -384,7 +420,7 @@ class Judge:
             return "sandbox"
         if self._wrapped(value):
             return "wrapped"
-        if kind == "identifier" and not any(c.isdigit() for c in value):
+        if kind == "identifier" and not _has_digit(value):
             # ``KEY=value``, ``key: value``, ``"key": "value"``: a value, which may be data;
             # anywhere else (a call, an import, a grep) a name is vocabulary.
             lead = action[max(0, position - 3):position]
@@ -425,11 +461,11 @@ class Judge:
             if kind != "path":
                 out.append((position, value, kind))
                 continue
-            if any(start < position < end for start, end in programs):
+            if _inside(position, programs):
                 # Pattern text: each piece with a digit must have been shown.
-                out.extend((position + m.start(), m.group(), "number" if m.group()[0].isdigit()
-                            else "token") for m in _PARTS.finditer(value)
-                           if _carries_digits(m.group()))
+                out.extend([(position + m.start(), m.group(), "number" if m.group()[0].isdigit()
+                             else "token") for m in _PARTS.finditer(value)
+                            if _carries_digits(m.group())])
                 continue
             if action[position - 1:position] == ":" and position >= 1:
                 if value.startswith("//"):

@@ -8,9 +8,10 @@ It runs only on first-pass candidates, so its cost is per flag, not per byte of 
 
 This module holds the rules' documentation, their constants and :class:`SandboxKnowledge`;
 the pass itself, ``Judge``, is written once, in ``leakjudge_py.py``: the pure scanner runs
-that file as Python, and ``leakjudge.pyx`` compiles the same source (Cython ``include``)
-and replaces only its kernels, the methods that read public text byte by byte, with C
-over one-byte text. The tests check the two against each other.
+that file as Python; the compiled scanner runs the same source compiled (typed by
+``_leakjudge_rules.pxd``), with ``leakjudge.pyx`` replacing only its kernels, the methods
+that read public text byte by byte, with C over one-byte text. The tests check the two
+against each other.
 
 Rules that clear a candidate (each has a test in ``tests/native/test_leakscan.py``):
 

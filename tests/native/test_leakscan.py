@@ -372,7 +372,8 @@ def test_the_byte_ranks_follow_the_counts_on_terminal_text() -> None:
 
 
 def test_the_compiled_second_pass_replaces_only_the_kernels() -> None:
-    # The rules are written once (leakjudge_py.py, compiled into leakjudge by an include):
+    # The rules are written once (leakjudge_py.py, compiled as _leakjudge_rules, typed by
+    # its .pxd, which leakjudge subclasses):
     # the compiled Judge may override the byte-level kernels, and nothing else.
     compiled = load_impl("leakjudge", "native")
     pure = load_impl("leakjudge", "pure")

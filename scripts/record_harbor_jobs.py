@@ -81,7 +81,13 @@ from harbor.models.trial.result import TrialResult  # noqa: E402
 from harbor.utils.pass_at_k import compute_pass_at_k_by_evals  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "analysis" / "fixtures" / "harbor_jobs"
+HARBOR = version("harbor")
+FIXTURE_DIRS = {"0.25": "harbor_jobs", "0.26": "harbor_jobs_026"}
+"""Harbor's minor version -> where its recording goes: each version's recording is kept
+(and tested), since users analyze job directories written by either."""
+FIXTURES = REPO / "tests" / "analysis" / "fixtures" / FIXTURE_DIRS.get(
+    ".".join(HARBOR.split(".")[:2]), "harbor_jobs_unknown"
+)
 WORK = Path("/tmp/harbor-record")
 """Where Harbor runs; its absolute path, in the recorded files, becomes ``STABLE``."""
 STABLE = "/work/harbor-record"
@@ -306,16 +312,34 @@ def eval_figures(results: list[TrialResult]) -> dict[str, dict[str, Any]]:
     return stats.model_dump(mode="json")["evals"]
 
 
+def recorded_exceptions(result: TrialResult) -> list[Any]:
+    """The trial's exception, then its steps' (``TrialResult.recorded_exceptions``: public
+    in 0.26, ``_recorded_exceptions`` in 0.25)."""
+    method = getattr(result, "recorded_exceptions", None) or result._recorded_exceptions
+    return list(method())
+
+
+def policy_figures(p: Any) -> dict[str, Any]:
+    """An ``ErrorPolicy``: 0.25's ``cause``/``retry``/``grade``/``reward_valid``, 0.26's
+    ``should_retry``/``should_grade``/``has_valid_reward`` (no cause), under the keys
+    ``retry``/``grade``/``reward_valid`` (plus ``cause`` where Harbor has one)."""
+    if hasattr(p, "has_valid_reward"):  # 0.26
+        return {"retry": p.should_retry, "grade": p.should_grade,
+                "reward_valid": p.has_valid_reward}
+    return {"cause": p.cause.value, "retry": p.retry, "grade": p.grade,
+            "reward_valid": p.reward_valid}
+
+
 def is_sample(result: TrialResult) -> bool:
     """A measurement of the agent under Harbor's error policy: ``reward_valid``, or a
-    trial its agent ended itself (an ``AGENT_*`` failure cause) before any verifier ran
-    (Harbor's metrics count its missing reward as 0)."""
+    trial its agent ended itself (only exceptions whose policy keeps the reward valid)
+    before any verifier ran (Harbor's metrics count its missing reward as 0)."""
     if result.reward_valid:
         return True
-    causes = [e.policy for e in result._recorded_exceptions()]
+    policies = [policy_figures(e.policy) for e in recorded_exceptions(result)]
     return (
-        bool(causes)
-        and all(p.reward_valid for p in causes)
+        bool(policies)
+        and all(p["reward_valid"] for p in policies)
         and not (result.verifier_result and result.verifier_result.rewards)
     )
 
@@ -357,7 +381,10 @@ def harbor_figures(job_dirs: list[Path]) -> dict[str, Any]:
                 "exception_type": (
                     result.exception_info.exception_type if result.exception_info else None
                 ),
-                "failure_cause": result.failure_cause.value if result.failure_cause else None,
+                # 0.25 only: 0.26 has no failure cause (see policies)
+                **({"failure_cause": result.failure_cause.value if result.failure_cause
+                    else None} if hasattr(result, "failure_cause") else {}),
+                "policies": [policy_figures(e.policy) for e in recorded_exceptions(result)],
                 "reward_valid": result.reward_valid,
                 "sample": is_sample(result),
             }
@@ -367,13 +394,9 @@ def harbor_figures(job_dirs: list[Path]) -> dict[str, Any]:
 
 
 def error_policies() -> dict[str, Any]:
-    def policy(p: Any) -> dict[str, Any]:
-        return {"cause": p.cause.value, "retry": p.retry, "grade": p.grade,
-                "reward_valid": p.reward_valid}
-
     return {
-        "unknown": policy(UNKNOWN_ERROR_POLICY),
-        "by_type": {name: policy(p) for name, p in sorted(ERROR_POLICIES.items())},
+        "unknown": policy_figures(UNKNOWN_ERROR_POLICY),
+        "by_type": {name: policy_figures(p) for name, p in sorted(ERROR_POLICIES.items())},
     }
 
 
@@ -423,6 +446,11 @@ def main() -> None:
     if sys.argv[1:2] == ["--job"]:
         run_job_process(sys.argv[2])
         return
+    if FIXTURES.name == "harbor_jobs_unknown":
+        raise SystemExit(
+            f"harbor {HARBOR}: not a version recorded here ({sorted(FIXTURE_DIRS)}); "
+            "read what changed in its job files, then add it to FIXTURE_DIRS"
+        )
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     write_tasks(WORK)
@@ -433,7 +461,7 @@ def main() -> None:
     for job_dir in sorted(jobs.iterdir()):
         fixture_copy(job_dir, FIXTURES / job_dir.name)
     record = {
-        "harbor": version("harbor"),
+        "harbor": HARBOR,
         "python": sys.version.split()[0],
         "sources": [
             "harbor/job.py (Job.run: the job's result.json, metrics, pass@k)",

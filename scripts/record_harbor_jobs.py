@@ -1,9 +1,21 @@
-"""Record Harbor 0.25.0 job directories for ``analysis.harbor`` (``analyze --harbor-jobs``).
+"""Record Harbor job directories for ``analysis.harbor`` (``analyze --harbor-jobs``),
+with Harbor 0.25.0 or 0.26.0, each into its own directory (:data:`FIXTURE_DIRS`):
+users analyze job directories of either version, so both recordings are kept and tested.
 
 Runs on demand, not in CI: Harbor needs Python >= 3.12.
 
-    python3.12 -m venv /tmp/harbor-venv && /tmp/harbor-venv/bin/pip install harbor==0.25.0
+    python3.12 -m venv /tmp/harbor-venv && /tmp/harbor-venv/bin/pip install harbor==0.26.0
     /tmp/harbor-venv/bin/python scripts/record_harbor_jobs.py
+
+What differs between the versions, as recorded: 0.26 made
+``TrialResult.recorded_exceptions`` public (0.25: ``_recorded_exceptions``), renamed
+``ErrorPolicy``'s fields to ``should_retry``/``should_grade``/``has_valid_reward`` and
+dropped failure causes (``ErrorPolicy.cause``, ``TrialResult.failure_cause``); its
+``result.json`` carries ``schema_version``, each exception's resolved ``policy`` and
+``reward_valid``. 0.26 keeps the reward of ``NonZeroAgentExitCodeError`` and of unknown
+exception types (0.25 does not), and verifies after ``ContextLengthExceededError``
+(0.25 does not). The script reads whichever API the installed Harbor has and refuses
+other versions until they are added to :data:`FIXTURE_DIRS`.
 
 Harbor's own code writes every file: ``Job.create(JobConfig(...))`` then ``Job.run()``
 (``harbor/job.py``) with the ``TrialQueue``, ``SingleStepTrial`` and ``Verifier`` of the
@@ -19,9 +31,10 @@ not needed; two stand-ins take its place, both named in the recorded configs:
   ``terminus-2`` with the configured model and does what a plan says: solve the task,
   leave it half done, do nothing, hang past its timeout (Harbor raises
   ``AgentTimeoutError`` and still verifies), exit non-zero (Harbor's
-  ``NonZeroAgentExitCodeError``: verified, but Harbor's ``reward_valid`` is false),
-  or raise Harbor's ``ApiRateLimitError`` / ``ContextLengthExceededError`` (no
-  verification). The ``oracle`` agent is Harbor's own ``OracleAgent`` running
+  ``NonZeroAgentExitCodeError``: verified; ``reward_valid`` is false in 0.25, true in
+  0.26), or raise Harbor's ``ApiRateLimitError`` (verified, ``reward_valid`` false) or
+  ``ContextLengthExceededError`` (not verified in 0.25; 0.26 verifies, and the reward
+  is valid). The ``oracle`` agent is Harbor's own ``OracleAgent`` running
   ``solution/solve.sh``.
 
 A task's ``tests/test.sh`` is a stand-in grader: it turns the answer the agent left in
@@ -29,9 +42,10 @@ A task's ``tests/test.sh`` is a stand-in grader: it turns the answer the agent l
 by Harbor's verifier), writes nothing when told to (Harbor raises
 ``RewardFileNotFoundError``) and gives 0 when the agent left nothing.
 
-Output, replaced on every run:
+Output, replaced on every run, under ``tests/analysis/fixtures/<dir>/`` where ``<dir>`` is
+``harbor_jobs`` (0.25) or ``harbor_jobs_026`` (0.26):
 
-- ``tests/analysis/fixtures/harbor_jobs/<job>/…``: the two job directories, keeping
+- ``<dir>/<job>/…``: the two job directories, keeping
   the ``config.json`` and ``result.json`` files of the job and its trials (``lock.json``,
   logs, agent and verifier output are dropped); the work root's absolute path becomes
   ``/work/harbor-record`` and the repository's ``<repo>``. ``tb-sweep`` (terminus-2 with
@@ -40,12 +54,14 @@ Output, replaced on every run:
   trial, and its process is killed (SIGKILL) while its last trial runs: that trial's
   directory holds only its ``config.json`` (Harbor writes ``result.json`` when a trial
   ends) and the job's ``result.json`` is the live one, without ``finished_at``.
-- ``tests/analysis/fixtures/harbor_jobs/expected.json``: Harbor's own figures: each
-  job's ``JobResult.stats`` (n_trials, n_errors, the mean metric, pass@k, reward and
+- ``<dir>/expected.json``: the Harbor version (``harbor``) and Harbor's own figures:
+  each job's ``JobResult.stats`` (n_trials, n_errors, the mean metric, pass@k, reward and
   exception stats per ``agent__model__dataset``), and per trial Harbor's
-  ``failure_cause`` and ``reward_valid`` (``harbor/models/trial/result.py``), plus
-  Harbor's whole error-policy table (``harbor/models/trial/error_policy.py``), which
-  ``tests/analysis/test_harbor_jobs.py`` checks our classification against.
+  ``reward_valid``, its recorded exceptions' policies (``policies``) and, 0.25 only, its
+  ``failure_cause`` (``harbor/models/trial/result.py``), plus Harbor's whole
+  error-policy table (``harbor/models/trial/error_policy.py``; ``retry``/``grade``/
+  ``reward_valid``, and ``cause`` in 0.25), which ``tests/analysis/test_harbor_jobs.py``
+  checks our classification against.
 """
 
 from __future__ import annotations
@@ -81,7 +97,13 @@ from harbor.models.trial.result import TrialResult  # noqa: E402
 from harbor.utils.pass_at_k import compute_pass_at_k_by_evals  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "analysis" / "fixtures" / "harbor_jobs"
+HARBOR = version("harbor")
+FIXTURE_DIRS = {"0.25": "harbor_jobs", "0.26": "harbor_jobs_026"}
+"""Harbor's minor version -> where its recording goes: each version's recording is kept
+(and tested), since users analyze job directories written by either."""
+FIXTURES = REPO / "tests" / "analysis" / "fixtures" / FIXTURE_DIRS.get(
+    ".".join(HARBOR.split(".")[:2]), "harbor_jobs_unknown"
+)
 WORK = Path("/tmp/harbor-record")
 """Where Harbor runs; its absolute path, in the recorded files, becomes ``STABLE``."""
 STABLE = "/work/harbor-record"
@@ -306,16 +328,34 @@ def eval_figures(results: list[TrialResult]) -> dict[str, dict[str, Any]]:
     return stats.model_dump(mode="json")["evals"]
 
 
+def recorded_exceptions(result: TrialResult) -> list[Any]:
+    """The trial's exception, then its steps' (``TrialResult.recorded_exceptions``: public
+    in 0.26, ``_recorded_exceptions`` in 0.25)."""
+    method = getattr(result, "recorded_exceptions", None) or result._recorded_exceptions
+    return list(method())
+
+
+def policy_figures(p: Any) -> dict[str, Any]:
+    """An ``ErrorPolicy``: 0.25's ``cause``/``retry``/``grade``/``reward_valid``, 0.26's
+    ``should_retry``/``should_grade``/``has_valid_reward`` (no cause), under the keys
+    ``retry``/``grade``/``reward_valid`` (plus ``cause`` where Harbor has one)."""
+    if hasattr(p, "has_valid_reward"):  # 0.26
+        return {"retry": p.should_retry, "grade": p.should_grade,
+                "reward_valid": p.has_valid_reward}
+    return {"cause": p.cause.value, "retry": p.retry, "grade": p.grade,
+            "reward_valid": p.reward_valid}
+
+
 def is_sample(result: TrialResult) -> bool:
     """A measurement of the agent under Harbor's error policy: ``reward_valid``, or a
-    trial its agent ended itself (an ``AGENT_*`` failure cause) before any verifier ran
-    (Harbor's metrics count its missing reward as 0)."""
+    trial its agent ended itself (only exceptions whose policy keeps the reward valid)
+    before any verifier ran (Harbor's metrics count its missing reward as 0)."""
     if result.reward_valid:
         return True
-    causes = [e.policy for e in result._recorded_exceptions()]
+    policies = [policy_figures(e.policy) for e in recorded_exceptions(result)]
     return (
-        bool(causes)
-        and all(p.reward_valid for p in causes)
+        bool(policies)
+        and all(p["reward_valid"] for p in policies)
         and not (result.verifier_result and result.verifier_result.rewards)
     )
 
@@ -357,7 +397,10 @@ def harbor_figures(job_dirs: list[Path]) -> dict[str, Any]:
                 "exception_type": (
                     result.exception_info.exception_type if result.exception_info else None
                 ),
-                "failure_cause": result.failure_cause.value if result.failure_cause else None,
+                # 0.25 only: 0.26 has no failure cause (see policies)
+                **({"failure_cause": result.failure_cause.value if result.failure_cause
+                    else None} if hasattr(result, "failure_cause") else {}),
+                "policies": [policy_figures(e.policy) for e in recorded_exceptions(result)],
                 "reward_valid": result.reward_valid,
                 "sample": is_sample(result),
             }
@@ -367,13 +410,9 @@ def harbor_figures(job_dirs: list[Path]) -> dict[str, Any]:
 
 
 def error_policies() -> dict[str, Any]:
-    def policy(p: Any) -> dict[str, Any]:
-        return {"cause": p.cause.value, "retry": p.retry, "grade": p.grade,
-                "reward_valid": p.reward_valid}
-
     return {
-        "unknown": policy(UNKNOWN_ERROR_POLICY),
-        "by_type": {name: policy(p) for name, p in sorted(ERROR_POLICIES.items())},
+        "unknown": policy_figures(UNKNOWN_ERROR_POLICY),
+        "by_type": {name: policy_figures(p) for name, p in sorted(ERROR_POLICIES.items())},
     }
 
 
@@ -423,6 +462,11 @@ def main() -> None:
     if sys.argv[1:2] == ["--job"]:
         run_job_process(sys.argv[2])
         return
+    if FIXTURES.name == "harbor_jobs_unknown":
+        raise SystemExit(
+            f"harbor {HARBOR}: not a version recorded here ({sorted(FIXTURE_DIRS)}); "
+            "read what changed in its job files, then add it to FIXTURE_DIRS"
+        )
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     write_tasks(WORK)
@@ -433,12 +477,13 @@ def main() -> None:
     for job_dir in sorted(jobs.iterdir()):
         fixture_copy(job_dir, FIXTURES / job_dir.name)
     record = {
-        "harbor": version("harbor"),
+        "harbor": HARBOR,
         "python": sys.version.split()[0],
         "sources": [
             "harbor/job.py (Job.run: the job's result.json, metrics, pass@k)",
             "harbor/models/job/result.py (JobStats.from_trial_results, increment)",
-            "harbor/models/trial/result.py (TrialResult.failure_cause, reward_valid)",
+            "harbor/models/trial/result.py (TrialResult.reward_valid, recorded_exceptions; "
+            "failure_cause in 0.25)",
             "harbor/models/trial/error_policy.py (ERROR_POLICIES)",
             "harbor/metrics/mean.py, harbor/utils/pass_at_k.py",
         ],

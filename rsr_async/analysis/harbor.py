@@ -1,6 +1,6 @@
 """Harbor job directories as rollouts (``analyze --harbor-jobs DIR``).
 
-What Harbor 0.25.0 writes (``harbor/job.py``, ``harbor/models/trial/paths.py``)::
+What Harbor 0.25.0 and 0.26.0 write (``harbor/job.py``, ``harbor/models/trial/paths.py``)::
 
     jobs/<job>/config.json          JobConfig, when the job starts
                result.json          JobResult: progress and stats, rewritten as trials end
@@ -11,7 +11,8 @@ What Harbor 0.25.0 writes (``harbor/job.py``, ``harbor/models/trial/paths.py``):
 Only the trials' ``result.json`` files are read (``harbor/models/trial/result.py``):
 ``task_name``, ``trial_name``, ``agent_info`` (name, ``model_info.name``), ``source`` (the
 dataset), ``started_at``, ``verifier_result.rewards`` and ``exception_info`` (plus the
-steps' exceptions of multi-step trials). A trial directory without a ``result.json``, or
+steps' exceptions of multi-step trials; from 0.26 each carries the ``policy`` Harbor
+applied to it). A trial directory without a ``result.json``, or
 with an empty one (Harbor is writing it), is still running: skipped and counted in
 :attr:`HarborJobs.unfinished`. Directories whose names start with a dot (Harbor's
 ``.sources`` cache) are not trials.
@@ -25,9 +26,16 @@ Rules:
   everything read, ordered by ``started_at``, then trial name, then job directory.
 - **reward**: ``rewards["reward"]`` when present, else the mean of the reward map (the
   engine's :func:`~rsr_async.tasks.verifier.main_reward`); ``rewards`` is the whole map.
-- **status**, from Harbor's own error policy (``harbor/models/trial/error_policy.py``;
-  the first recorded exception is the trial's ``failure_cause``, and a reward counts
-  only when every recorded exception leaves it valid, as ``TrialResult.reward_valid``):
+- **status**, from Harbor's own error policy (``harbor/models/trial/error_policy.py``):
+  a reward counts only when every recorded exception leaves it valid, as
+  ``TrialResult.reward_valid``. Harbor 0.26 writes the policy it applied with each
+  exception (``exception_info.policy.has_valid_reward``, after the job's
+  ``override_error_policy``), and that is what is used; files without it (0.25) are read
+  with 0.25's table (:data:`FAILURE_CAUSES`). The two versions differ:
+  0.26 keeps the reward of ``NonZeroAgentExitCodeError`` and of unknown exception
+  types, and verifies after ``ContextLengthExceededError`` (a reward of 0). The rules
+  below say 0.25's causes; in 0.26 files "the agent's own" is every exception whose
+  recorded policy keeps the reward valid:
 
   - no exception, or only the agent's own (``AgentTimeoutError``, context or output
     limits: *agent exhausted budget*; safety refusals: *agent refused task*), and a
@@ -39,8 +47,8 @@ Rules:
   - anything else is ``infra_error``, never a sample, even with a reward: sandbox
     (build, start, out of memory), model provider (rate limits, 5xx, auth; Harbor
     verifies after these and records 0), Harbor, verifier (no or unparseable reward
-    file, verifier timeout), and unclassified types such as
-    ``NonZeroAgentExitCodeError`` (Harbor retries them as transient); so is a trial
+    file, verifier timeout), and, in 0.25 files, unclassified types such as
+    ``NonZeroAgentExitCodeError`` (0.25 retries them as transient); so is a trial
     with no exception and no reward (verification disabled).
 
 - **subset**: the trial's ``source`` (the dataset's name), "" when none; **domain** is
@@ -114,7 +122,8 @@ FAILURE_CAUSES: dict[str, str] = {
     name: cause for cause, names in _CAUSE_GROUPS.items() for name in names
 }
 """Exception type name → Harbor's failure cause (harbor 0.25.0's ``ERROR_POLICIES``);
-any other name is ``unclassified``, as in Harbor."""
+any other name is ``unclassified``, as in Harbor 0.25. Harbor 0.26 has no failure
+causes (its policies are only retry / grade / valid reward); the label stays 0.25's."""
 AGENT_CAUSES: frozenset[str] = frozenset({"agent_exhausted_budget", "agent_refused_task"})
 """The causes that are the agent's own doing: its reward (or its failure) is a valid
 measurement (Harbor's ``ErrorPolicy.reward_valid``)."""
@@ -137,8 +146,14 @@ class _AgentInfo(msgspec.Struct):
     model_info: _ModelInfo | None = None
 
 
+class _Policy(msgspec.Struct):
+    has_valid_reward: bool
+
+
 class _ExceptionInfo(msgspec.Struct):
     exception_type: str
+    policy: _Policy | None = None
+    """The policy Harbor applied (0.26 on; 0.25 does not write it)."""
 
 
 class _VerifierResult(msgspec.Struct):
@@ -184,7 +199,7 @@ class HarborTrial(msgspec.Struct, frozen=True, kw_only=True):
     exception: str | None = None
     """The first recorded exception's type (Harbor's ``exception_type``), if any."""
     cause: str | None = None
-    """Harbor's failure cause of that exception (:data:`FAILURE_CAUSES`)."""
+    """Harbor 0.25's failure cause of that exception (:data:`FAILURE_CAUSES`)."""
 
 
 class HarborJobs(msgspec.Struct, frozen=True, kw_only=True):
@@ -359,10 +374,18 @@ def _harness(result: _TrialResult) -> str:
     return f"{result.agent_info.name}:{model}" if model else result.agent_info.name
 
 
-def _exceptions(result: _TrialResult) -> list[str]:
-    """Trial-level exception first, then the steps' (``TrialResult._recorded_exceptions``)."""
+def _exceptions(result: _TrialResult) -> list[_ExceptionInfo]:
+    """Trial-level exception first, then the steps' (``TrialResult.recorded_exceptions``)."""
     infos = [result.exception_info, *(s.exception_info for s in result.step_results or [])]
-    return [info.exception_type for info in infos if info is not None]
+    return [info for info in infos if info is not None]
+
+
+def _keeps_reward(info: _ExceptionInfo) -> bool:
+    """Whether Harbor counts a reward despite this exception (its policy's
+    ``has_valid_reward``): as recorded (0.26), else by 0.25's table."""
+    if info.policy is not None:
+        return info.policy.has_valid_reward
+    return failure_cause(info.exception_type) in AGENT_CAUSES
 
 
 def _start_key(result: _TrialResult) -> tuple[bool, datetime]:
@@ -383,26 +406,26 @@ def _trials(found: list[tuple[str, Path, _TrialResult]]) -> list[HarborTrial]:
         members.sort(key=lambda m: (_start_key(m[1]), m[1].trial_name, m[0]))
         for attempt, (job, result) in enumerate(members):
             exceptions = _exceptions(result)
-            cause = failure_cause(exceptions[0]) if exceptions else None
+            first = exceptions[0].exception_type if exceptions else None
             trials.append(
                 HarborTrial(
                     job=job,
                     trial=result.trial_name,
                     rollout=_rollout(result, task=task, harness=harness, attempt=attempt,
                                      exceptions=exceptions),
-                    exception=exceptions[0] if exceptions else None,
-                    cause=cause,
+                    exception=first,
+                    cause=failure_cause(first) if first else None,
                 )
             )
     return trials
 
 
 def _rollout(
-    result: _TrialResult, *, task: str, harness: str, attempt: int, exceptions: list[str]
+    result: _TrialResult, *, task: str, harness: str, attempt: int,
+    exceptions: list[_ExceptionInfo],
 ) -> Rollout:
     rewards = result.verifier_result.rewards if result.verifier_result else None
-    causes = [failure_cause(name) for name in exceptions]
-    agents_own = all(cause in AGENT_CAUSES for cause in causes)
+    agents_own = all(_keeps_reward(info) for info in exceptions)
     if rewards and agents_own:
         return rollout_from_reward(
             task=task, harness=harness, attempt=attempt,
@@ -410,9 +433,9 @@ def _rollout(
         )
     status: RolloutStatus
     reward: float | None = None
-    if causes and causes[0] == "cancelled":
+    if exceptions and failure_cause(exceptions[0].exception_type) == "cancelled":
         status = "cancelled"
-    elif causes and agents_own:  # the agent ended the trial before the verifier ran
+    elif exceptions and agents_own:  # the agent ended the trial before the verifier ran
         status, reward = "failed", 0.0
     else:
         status = "infra_error"

@@ -1,10 +1,14 @@
 """Reading Harbor job directories (``analysis.harbor``) against Harbor's own figures.
 
-``fixtures/harbor_jobs/`` holds two job directories written by Harbor 0.25.0's own
-``Job``/``Trial``/``Verifier`` code, and ``expected.json`` what Harbor computes from them
-(``scripts/record_harbor_jobs.py``): per trial its failure cause and ``reward_valid``,
+``fixtures/harbor_jobs/`` (Harbor 0.25.0) and ``fixtures/harbor_jobs_026/`` (0.26.0) each
+hold the same two jobs written by that version's own ``Job``/``Trial``/``Verifier``
+code, and ``expected.json`` what that Harbor computes from them
+(``scripts/record_harbor_jobs.py``; the version is in ``expected.json``'s ``harbor``):
+per trial its ``reward_valid``, its exceptions' policies and (0.25 only) failure cause,
 per ``agent__model__dataset`` its ``JobStats`` (errors, exception stats, the mean
-metric, pass@k) over all trials and, per task, over the trials that are samples.
+metric, pass@k) over all trials and, per task, over the trials that are samples. Both
+recordings are kept: users analyze job directories from either version, and the two
+grade some exceptions differently (``NonZeroAgentExitCodeError``, unknown types).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import random
 import shutil
 import statistics
 from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +40,44 @@ from rsr_async.analysis.outcomes import outcomes
 from rsr_async.errors import TaskError
 from rsr_async.tasks.verifier import main_reward
 
-FIXTURES = Path(__file__).parent / "fixtures" / "harbor_jobs"
-EXPECTED: dict[str, Any] = json.loads((FIXTURES / "expected.json").read_text("utf-8"))
-TRIALS: dict[str, dict[str, Any]] = EXPECTED["trials"]
+HERE = Path(__file__).parent / "fixtures"
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One Harbor version's recording: its job directories and ``expected.json``."""
+
+    path: Path
+
+    @cached_property
+    def expected(self) -> dict[str, Any]:
+        return json.loads((self.path / "expected.json").read_text("utf-8"))
+
+    @property
+    def trials(self) -> dict[str, dict[str, Any]]:
+        return self.expected["trials"]
+
+    @property
+    def harbor(self) -> str:
+        return self.expected["harbor"]
+
+
+RECORDINGS = {
+    "0.25.0": Recording(HERE / "harbor_jobs"),
+    "0.26.0": Recording(HERE / "harbor_jobs_026"),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(RECORDINGS), ids=lambda v: f"harbor{v}")
+def rec(request: pytest.FixtureRequest) -> Recording:
+    recording = RECORDINGS[request.param]
+    assert recording.harbor == request.param  # the version Harbor recorded in it
+    return recording
 
 
 @pytest.fixture(scope="module")
-def jobs() -> HarborJobs:
-    return scan_harbor_jobs(FIXTURES)
+def jobs(rec: Recording) -> HarborJobs:
+    return scan_harbor_jobs(rec.path)
 
 
 def _by_name(jobs: HarborJobs) -> dict[str, HarborTrial]:
@@ -58,28 +94,30 @@ def _evals_key(trial: HarborTrial, jobs: HarborJobs) -> str:
 # -- what is read ------------------------------------------------------------------------
 
 
-def test_every_finished_trial_is_read_and_the_running_one_skipped(jobs: HarborJobs) -> None:
-    assert set(_by_name(jobs)) == set(TRIALS)
-    assert list(jobs.unfinished) == EXPECTED["running_trials"]
+def test_every_finished_trial_is_read_and_the_running_one_skipped(
+    rec: Recording, jobs: HarborJobs
+) -> None:
+    assert set(_by_name(jobs)) == set(rec.trials)
+    assert list(jobs.unfinished) == rec.expected["running_trials"]
     assert jobs.jobs == ("sec-rerun", "tb-sweep")
-    for name, job in EXPECTED["jobs"].items():
+    for name, job in rec.expected["jobs"].items():
         stats = job["stats"]
         mine = [t for t in jobs.trials if t.job == name]
         assert len(mine) == stats["n_completed_trials"], name
         assert sum(u.startswith(f"{name}/") for u in jobs.unfinished) == stats["n_running_trials"]
         assert sum(t.exception is not None for t in mine) == stats["n_errored_trials"]
         assert sum(t.rollout.status == "cancelled" for t in mine) == stats["n_cancelled_trials"]
-    assert not EXPECTED["jobs"]["sec-rerun"]["finished"]  # killed: a live result.json
+    assert not rec.expected["jobs"]["sec-rerun"]["finished"]  # killed: a live result.json
 
 
-def test_one_job_directory_reads_alone() -> None:
-    jobs = scan_harbor_jobs(FIXTURES / "tb-sweep")
+def test_one_job_directory_reads_alone(rec: Recording) -> None:
+    jobs = scan_harbor_jobs(rec.path / "tb-sweep")
     assert jobs.jobs == ("tb-sweep",)
-    assert len(jobs.trials) == EXPECTED["jobs"]["tb-sweep"]["stats"]["n_completed_trials"]
+    assert len(jobs.trials) == rec.expected["jobs"]["tb-sweep"]["stats"]["n_completed_trials"]
     assert jobs.unfinished == ()
 
 
-def test_harness_names_and_attempt_order(jobs: HarborJobs) -> None:
+def test_harness_names_and_attempt_order(rec: Recording, jobs: HarborJobs) -> None:
     # The agent's name, with the model's when the trial records one.
     assert {t.rollout.harness for t in jobs.trials} == {
         "oracle", "terminus-2:gpt-a", "terminus-2:gpt-b"
@@ -90,14 +128,14 @@ def test_harness_names_and_attempt_order(jobs: HarborJobs) -> None:
         groups.setdefault((trial.rollout.task, trial.rollout.harness), []).append(trial)
     for members in groups.values():
         assert [t.rollout.attempt for t in members] == list(range(len(members)))
-        starts = [TRIALS[f"{t.job}/{t.trial}"]["started_at"] for t in members]
+        starts = [rec.trials[f"{t.job}/{t.trial}"]["started_at"] for t in members]
         assert starts == sorted(starts)
     fix_git = groups[("fix-git", "terminus-2:gpt-a")]
     assert [t.job for t in fix_git] == ["tb-sweep"] * 3 + ["sec-rerun"] * 2
 
 
-def test_tasks_carry_the_dataset_as_subset(jobs: HarborJobs) -> None:
-    subsets = {t["task_name"]: t["evals_key"].rsplit("__", 1)[1] for t in TRIALS.values()}
+def test_tasks_carry_the_dataset_as_subset(rec: Recording, jobs: HarborJobs) -> None:
+    subsets = {t["task_name"]: t["evals_key"].rsplit("__", 1)[1] for t in rec.trials.values()}
     assert {name: info.subset for name, info in jobs.tasks.items()} == subsets
     assert {info.domain for info in jobs.tasks.values()} == {""}
     assert "sec/crack-hash" in jobs.tasks  # a [task] name in org/name form is kept whole
@@ -106,27 +144,34 @@ def test_tasks_carry_the_dataset_as_subset(jobs: HarborJobs) -> None:
 # -- against Harbor's verdicts and figures ------------------------------------------------
 
 
-def test_each_trial_is_graded_as_harbors_error_policy_says(jobs: HarborJobs) -> None:
+def test_each_trial_is_graded_as_harbors_error_policy_says(
+    rec: Recording, jobs: HarborJobs
+) -> None:
     for name, trial in _by_name(jobs).items():
-        harbor = TRIALS[name]
+        harbor = rec.trials[name]
         rollout = trial.rollout
         assert trial.exception == harbor["exception_type"], name
-        assert trial.cause == harbor["failure_cause"], name
+        if "failure_cause" in harbor:  # 0.25 only: 0.26 has no failure causes
+            assert trial.cause == harbor["failure_cause"], name
         assert rollout.graded == harbor["sample"], name
         if harbor["reward_valid"]:
             assert rollout.rewards == harbor["rewards"], name
             assert rollout.reward == main_reward(harbor["rewards"]), name
             assert rollout.passed == (main_reward(harbor["rewards"]) >= 1.0), name
         elif harbor["sample"]:  # the agent ended the trial itself, before any verifier
-            assert harbor["failure_cause"] in AGENT_CAUSES and harbor["rewards"] is None
+            assert harbor["rewards"] is None, name
+            if "failure_cause" in harbor:
+                assert harbor["failure_cause"] in AGENT_CAUSES, name
+            else:
+                assert all(p["reward_valid"] for p in harbor["policies"]), name
             assert (rollout.status, rollout.reward) == ("failed", 0.0), name
-        elif harbor["failure_cause"] == "cancelled":
+        elif harbor["exception_type"] == "CancelledError":
             assert rollout.status == "cancelled", name
         else:
             assert (rollout.status, rollout.reward) == ("infra_error", None), name
 
 
-def test_the_fixtures_cover_every_kind_of_trial(jobs: HarborJobs) -> None:
+def test_the_fixtures_cover_every_kind_of_trial(rec: Recording, jobs: HarborJobs) -> None:
     kinds = Counter(
         (t.rollout.status, t.cause, len(t.rollout.rewards or {}) > 1) for t in jobs.trials
     )
@@ -134,19 +179,30 @@ def test_the_fixtures_cover_every_kind_of_trial(jobs: HarborJobs) -> None:
     assert kinds[("failed", None, True)]  # partial credit: several keys
     assert any(0 < (t.rollout.reward or 0) < 1 for t in jobs.trials)  # a fractional reward
     assert kinds[("failed", "agent_exhausted_budget", True)]  # AgentTimeoutError, verified
-    assert kinds[("failed", "agent_exhausted_budget", False)]  # context, never verified
+    # ContextLengthExceededError: 0.25 never verifies (a 0 for the agent's own end),
+    # 0.26 verifies (a reward of 0)
+    assert kinds[("failed", "agent_exhausted_budget", False)]
     assert kinds[("cancelled", "cancelled", False)]
     causes = {t.cause for t in jobs.trials if t.rollout.status == "infra_error"}
-    assert causes == {"sandbox_failed", "model_provider_failed", "verifier_failed", "unclassified"}
-    # Harbor verified two of them and recorded 0: infrastructure counted as zero there.
+    infra = {"sandbox_failed", "model_provider_failed", "verifier_failed"}
+    exit_code = [t for t in jobs.trials if t.exception == "NonZeroAgentExitCodeError"]
+    assert len(exit_code) == 1
+    if rec.harbor.startswith("0.25"):  # an unclassified failure, retried as transient
+        assert causes == infra | {"unclassified"}
+        assert exit_code[0].rollout.status == "infra_error"
+        verified_infra = 2  # the exit code's and the rate limit's: Harbor recorded 0
+    else:  # 0.26: the agent's own, its reward (0) is valid
+        assert causes == infra
+        assert (exit_code[0].rollout.status, exit_code[0].rollout.reward) == ("failed", 0.0)
+        verified_infra = 1  # the rate limit's
     assert sum(
-        TRIALS[f"{t.job}/{t.trial}"]["rewards"] is not None
+        rec.trials[f"{t.job}/{t.trial}"]["rewards"] is not None
         for t in jobs.trials if t.rollout.status == "infra_error"
-    ) == 2
+    ) == verified_infra
 
 
-def test_errors_per_group_equal_harbors_exception_stats(jobs: HarborJobs) -> None:
-    for key, harbor in EXPECTED["evals"].items():
+def test_errors_per_group_equal_harbors_exception_stats(rec: Recording, jobs: HarborJobs) -> None:
+    for key, harbor in rec.expected["evals"].items():
         mine = [t for t in jobs.trials if _evals_key(t, jobs) == key]
         assert len(mine) == harbor["n_results"], key
         assert sum(t.exception is not None for t in mine) == harbor["n_errors"], key
@@ -159,9 +215,9 @@ def test_errors_per_group_equal_harbors_exception_stats(jobs: HarborJobs) -> Non
         }, key
 
 
-def test_exception_counts_per_harness_sum_harbors(jobs: HarborJobs) -> None:
+def test_exception_counts_per_harness_sum_harbors(rec: Recording, jobs: HarborJobs) -> None:
     expected: dict[str, Counter[str]] = {}
-    for key, harbor in EXPECTED["evals"].items():
+    for key, harbor in rec.expected["evals"].items():
         agent, *rest = key.split("__")
         harness = f"{agent}:{rest[0]}" if len(rest) == 2 else agent
         for name, trials in harbor["exception_stats"].items():
@@ -178,8 +234,8 @@ def _harbor_mean(maps: list[dict[str, float] | None]) -> dict[str, float]:
     return {k: statistics.fmean((m or {}).get(k, 0) for m in maps) for k in keys}
 
 
-def test_samples_per_task_equal_harbors_figures(jobs: HarborJobs) -> None:
-    for key, harbor in EXPECTED["evals"].items():
+def test_samples_per_task_equal_harbors_figures(rec: Recording, jobs: HarborJobs) -> None:
+    for key, harbor in rec.expected["evals"].items():
         for task, figures in harbor["samples_by_task"].items():
             graded = sorted(
                 (t for t in jobs.trials
@@ -208,8 +264,10 @@ def test_samples_per_task_equal_harbors_figures(jobs: HarborJobs) -> None:
                 assert pass_at_k(len(graded), passed, int(k)) == pytest.approx(value), where
 
 
-def test_outcomes_count_harbors_infrastructure_errors_apart(jobs: HarborJobs) -> None:
-    rollouts, tasks = read_harbor_jobs(FIXTURES)
+def test_outcomes_count_harbors_infrastructure_errors_apart(
+    rec: Recording, jobs: HarborJobs
+) -> None:
+    rollouts, tasks = read_harbor_jobs(rec.path)
     table = {o.group: o for o in outcomes(rollouts, sorted(tasks), k=2)}
     infra = Counter(t.rollout.harness for t in jobs.trials if t.rollout.status == "infra_error")
     for harness, outcome in table.items():
@@ -221,8 +279,9 @@ def test_outcomes_count_harbors_infrastructure_errors_apart(jobs: HarborJobs) ->
     assert table["oracle"].partial_credit_tasks == 2
 
 
-def test_our_error_table_is_harbors() -> None:
-    policies = EXPECTED["error_policies"]
+def test_our_error_table_is_harbor_025s() -> None:
+    """Files without a recorded policy (0.25) are read with 0.25's table."""
+    policies = RECORDINGS["0.25.0"].expected["error_policies"]
     assert set(FAILURE_CAUSES) == set(policies["by_type"])
     for name, policy in policies["by_type"].items():
         assert failure_cause(name) == policy["cause"], name
@@ -231,10 +290,56 @@ def test_our_error_table_is_harbors() -> None:
     assert AGENT_CAUSES == {p["cause"] for p in policies["by_type"].values() if p["reward_valid"]}
 
 
-def test_read_logs_a_note(caplog: pytest.LogCaptureFixture) -> None:
+def test_harbor_026s_table_differs_from_025s_only_where_the_policy_is_recorded() -> None:
+    """0.26 writes each exception's policy (its ``has_valid_reward`` is what we read);
+    where its table differs from 0.25's, only the recorded policy can say."""
+    old = RECORDINGS["0.25.0"].expected["error_policies"]
+    new = RECORDINGS["0.26.0"].expected["error_policies"]
+    changed = {
+        name for name, p in new["by_type"].items()
+        if name not in old["by_type"] or old["by_type"][name]["reward_valid"] != p["reward_valid"]
+    }
+    assert changed == {"NonZeroAgentExitCodeError", "UnsupportedModelParametersError"}
+    assert new["by_type"]["NonZeroAgentExitCodeError"]["reward_valid"]
+    assert (old["unknown"]["reward_valid"], new["unknown"]["reward_valid"]) == (False, True)
+    assert "cause" not in new["unknown"]  # no failure causes in 0.26
+    recorded = {}
+    for path in RECORDINGS["0.26.0"].path.glob("*/*/result.json"):
+        info = json.loads(path.read_text())["exception_info"]
+        if info is not None:
+            recorded[info["exception_type"]] = info["policy"]["has_valid_reward"]
+    assert recorded == {name: new["by_type"][name]["reward_valid"] for name in recorded}
+
+
+def test_a_recorded_policy_wins_over_025s_table(tmp_path: Path) -> None:
+    """A job's ``override_error_policy`` (0.26) changes the recorded policy; an unknown
+    exception type keeps its reward in 0.26 and not in 0.25 (no policy recorded)."""
+    rec = RECORDINGS["0.26.0"]
+    job = _copy_job(rec, tmp_path)
+    (result,) = [p for p in job.glob("*/result.json")
+                 if "NonZeroAgentExitCodeError" in p.read_text()]
+    name = json.loads(result.read_text())["trial_name"]
+
+    def status() -> tuple[str, float | None]:
+        (trial,) = [t for t in scan_harbor_jobs(job).trials if t.trial == name]
+        return trial.rollout.status, trial.rollout.reward
+
+    assert status() == ("failed", 0.0)
+    override = {"should_retry": False, "should_grade": True, "has_valid_reward": False}
+    _edit(result, lambda d: d["exception_info"].update(
+        policy_override={"has_valid_reward": False}, policy=override))
+    assert status() == ("infra_error", None)
+    _edit(result, lambda d: d["exception_info"].update(
+        exception_type="SomethingNew", policy={**override, "has_valid_reward": True}))
+    assert status() == ("failed", 0.0)
+    _edit(result, lambda d: d["exception_info"].pop("policy"))  # as 0.25 writes it
+    assert status() == ("infra_error", None)
+
+
+def test_read_logs_a_note(rec: Recording, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="rsr_async.analysis.harbor"):
-        rollouts, _ = read_harbor_jobs(FIXTURES)
-    assert len(rollouts) == len(TRIALS)
+        rollouts, _ = read_harbor_jobs(rec.path)
+    assert len(rollouts) == len(rec.trials)
     (message,) = [r.getMessage() for r in caplog.records]
     assert "1 still running" in message
     assert "SandboxBuildFailedError 1" in message and "ApiRateLimitError 1" in message
@@ -243,9 +348,9 @@ def test_read_logs_a_note(caplog: pytest.LogCaptureFixture) -> None:
 # -- odd and broken inputs ---------------------------------------------------------------
 
 
-def _copy_job(tmp_path: Path, job: str = "tb-sweep") -> Path:
+def _copy_job(rec: Recording, tmp_path: Path, job: str = "tb-sweep") -> Path:
     target = tmp_path / "jobs" / job
-    shutil.copytree(FIXTURES / job, target)
+    shutil.copytree(rec.path / job, target)
     return target
 
 
@@ -281,8 +386,8 @@ def test_empty_directories(tmp_path: Path) -> None:
         read_harbor_jobs(tmp_path)
 
 
-def test_broken_json_names_the_file(tmp_path: Path) -> None:
-    job = _copy_job(tmp_path)
+def test_broken_json_names_the_file(rec: Recording, tmp_path: Path) -> None:
+    job = _copy_job(rec, tmp_path)
     result = _a_trial(job)
     result.write_text(result.read_text()[:200])
     with pytest.raises(TaskError, match="not valid JSON") as caught:
@@ -299,11 +404,16 @@ def test_broken_json_names_the_file(tmp_path: Path) -> None:
         (lambda d: d.update(started_at="last tuesday"), "started_at"),
         (lambda d: d.update(exception_info={"exception_message": "?"}), "exception_type"),
         (lambda d: d.update(task_name=""), "`task_name` is empty"),
+        (lambda d: d.update(exception_info={"exception_type": "X", "policy": {}}),
+         "has_valid_reward"),
     ],
-    ids=["no-task", "no-agent-name", "reward-not-number", "bad-time", "no-type", "empty-task"],
+    ids=["no-task", "no-agent-name", "reward-not-number", "bad-time", "no-type", "empty-task",
+         "policy-without-verdict"],
 )
-def test_bad_fields_name_the_file_and_field(tmp_path: Path, change: Any, field: str) -> None:
-    job = _copy_job(tmp_path)
+def test_bad_fields_name_the_file_and_field(
+    rec: Recording, tmp_path: Path, change: Any, field: str
+) -> None:
+    job = _copy_job(rec, tmp_path)
     result = _a_trial(job)
     _edit(result, change)
     with pytest.raises(TaskError, match=field) as caught:
@@ -311,15 +421,15 @@ def test_bad_fields_name_the_file_and_field(tmp_path: Path, change: Any, field: 
     assert str(result) in str(caught.value)
 
 
-def test_not_an_object(tmp_path: Path) -> None:
-    job = _copy_job(tmp_path)
+def test_not_an_object(rec: Recording, tmp_path: Path) -> None:
+    job = _copy_job(rec, tmp_path)
     _a_trial(job).write_text("[1, 2]")
     with pytest.raises(TaskError, match="not a Harbor trial result: Expected `object`"):
         read_harbor_jobs(job)
 
 
-def test_a_result_that_cannot_be_read(tmp_path: Path) -> None:
-    job = _copy_job(tmp_path)
+def test_a_result_that_cannot_be_read(rec: Recording, tmp_path: Path) -> None:
+    job = _copy_job(rec, tmp_path)
     result = _a_trial(job)
     result.unlink()
     result.mkdir()  # a directory where the file should be
@@ -327,21 +437,21 @@ def test_a_result_that_cannot_be_read(tmp_path: Path) -> None:
         read_harbor_jobs(job)
 
 
-def test_a_trial_directory_is_refused_by_name(tmp_path: Path) -> None:
-    trial = _a_trial(_copy_job(tmp_path)).parent
+def test_a_trial_directory_is_refused_by_name(rec: Recording, tmp_path: Path) -> None:
+    trial = _a_trial(_copy_job(rec, tmp_path)).parent
     with pytest.raises(TaskError, match="trial directory"):
         read_harbor_jobs(trial)
 
 
-def test_a_job_without_its_own_files_still_reads(tmp_path: Path) -> None:
-    job = _copy_job(tmp_path)
+def test_a_job_without_its_own_files_still_reads(rec: Recording, tmp_path: Path) -> None:
+    job = _copy_job(rec, tmp_path)
     (job / "result.json").unlink()
     (job / "config.json").unlink()
-    assert len(scan_harbor_jobs(job).trials) == EXPECTED["jobs"]["tb-sweep"]["stats"]["n_completed_trials"]
+    assert len(scan_harbor_jobs(job).trials) == rec.expected["jobs"]["tb-sweep"]["stats"]["n_completed_trials"]
 
 
-def test_a_torn_job_result_and_stray_entries_are_ignored(tmp_path: Path) -> None:
-    job = _copy_job(tmp_path)
+def test_a_torn_job_result_and_stray_entries_are_ignored(rec: Recording, tmp_path: Path) -> None:
+    job = _copy_job(rec, tmp_path)
     (job / "result.json").write_text('{"id": "3f')  # Harbor rewrites it as trials end
     (job / "job.log").write_text("log\n")
     (job / ".sources").mkdir()  # Harbor's cache of hub source trials
@@ -350,19 +460,19 @@ def test_a_torn_job_result_and_stray_entries_are_ignored(tmp_path: Path) -> None
     empty.mkdir()
     (empty / "result.json").write_text("")  # Harbor is writing it
     jobs = scan_harbor_jobs(tmp_path / "jobs")
-    assert len(jobs.trials) == EXPECTED["jobs"]["tb-sweep"]["stats"]["n_completed_trials"]
+    assert len(jobs.trials) == rec.expected["jobs"]["tb-sweep"]["stats"]["n_completed_trials"]
     assert jobs.unfinished == ("tb-sweep/sort-logs__writing",)
 
 
-def test_a_copied_job_is_not_counted_twice(tmp_path: Path) -> None:
-    _copy_job(tmp_path)
+def test_a_copied_job_is_not_counted_twice(rec: Recording, tmp_path: Path) -> None:
+    _copy_job(rec, tmp_path)
     shutil.copytree(tmp_path / "jobs" / "tb-sweep", tmp_path / "jobs" / "tb-sweep-copy")
     with pytest.raises(TaskError, match="the same trial"):
         read_harbor_jobs(tmp_path / "jobs")
 
 
-def test_one_task_in_two_datasets_is_refused(tmp_path: Path) -> None:
-    job = _copy_job(tmp_path)
+def test_one_task_in_two_datasets_is_refused(rec: Recording, tmp_path: Path) -> None:
+    job = _copy_job(rec, tmp_path)
     result = _a_trial(job)
     _edit(result, lambda d: d.update(source="other-set"))
     with pytest.raises(TaskError, match="task 'fix-git' comes from dataset") as caught:
@@ -370,8 +480,10 @@ def test_one_task_in_two_datasets_is_refused(tmp_path: Path) -> None:
     assert "'other-set'" in str(caught.value) and "'tb-mini'" in str(caught.value)
 
 
-def test_no_verifier_result_and_no_exception_is_not_a_sample(tmp_path: Path) -> None:
-    job = _copy_job(tmp_path)
+def test_no_verifier_result_and_no_exception_is_not_a_sample(
+    rec: Recording, tmp_path: Path
+) -> None:
+    job = _copy_job(rec, tmp_path)
     result = _a_trial(job)
     _edit(result, lambda d: d.update(verifier_result=None, exception_info=None))
     name = json.loads(result.read_text())["trial_name"]
@@ -382,10 +494,10 @@ def test_no_verifier_result_and_no_exception_is_not_a_sample(tmp_path: Path) -> 
     assert trial.rollout.status == "infra_error"
 
 
-def test_step_exceptions_count_as_harbors_do(tmp_path: Path) -> None:
+def test_step_exceptions_count_as_harbors_do(rec: Recording, tmp_path: Path) -> None:
     """Multi-step trials record handled failures on the steps; a reward is valid only
     when every recorded exception is the agent's own (``TrialResult.reward_valid``)."""
-    job = _copy_job(tmp_path)
+    job = _copy_job(rec, tmp_path)
     result = _a_trial(job)
     step = {"step_name": "one", "exception_info": {
         "exception_type": "AgentTimeoutError", "exception_message": "",
@@ -401,8 +513,8 @@ def test_step_exceptions_count_as_harbors_do(tmp_path: Path) -> None:
     assert (trial.rollout.status, trial.cause) == ("infra_error", "sandbox_failed")
 
 
-def test_naive_and_missing_start_times_still_order(tmp_path: Path) -> None:
-    job = _copy_job(tmp_path)
+def test_naive_and_missing_start_times_still_order(rec: Recording, tmp_path: Path) -> None:
+    job = _copy_job(rec, tmp_path)
     paths = sorted(job.glob("fix-git__*/result.json"))
     _edit(paths[0], lambda d: d.update(started_at="2000-01-01T00:00:00"))  # naive: earliest
     _edit(paths[1], lambda d: d.update(started_at=None))  # unknown: last
@@ -415,11 +527,11 @@ def test_naive_and_missing_start_times_still_order(tmp_path: Path) -> None:
         assert group[where] == name
 
 
-def test_mangled_files_raise_task_errors_only(tmp_path: Path) -> None:
+def test_mangled_files_raise_task_errors_only(rec: Recording, tmp_path: Path) -> None:
     """Truncated, bit-flipped and reshaped JSON anywhere: a TaskError or a reading,
     never another exception."""
     rnd = random.Random(14)
-    shutil.copytree(FIXTURES, tmp_path / "jobs")
+    shutil.copytree(rec.path, tmp_path / "jobs")
     files = sorted((tmp_path / "jobs").rglob("*.json"))
     for _ in range(60):
         path = rnd.choice(files)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -120,18 +120,12 @@ def _entry(item: Any, number: int, *, task: str | None, path: str | None) -> Ter
     if not isinstance(command, str):
         raise bad("command", "text", command)
     values: dict[str, Any] = {"command": command}
-    for field in ("min_timeout_sec", "max_timeout_sec"):
+    for field, coerce, expected in _OPTIONAL_FIELDS:
         if field in item:
-            value = _number(item[field])
+            value = coerce(item[field])
             if value is None:
-                raise bad(field, "a number of seconds", item[field])
+                raise bad(field, expected, item[field])
             values[field] = value
-    for field in ("block", "append_enter"):
-        if field in item:
-            flag = _flag(item[field])
-            if flag is None:
-                raise bad(field, "true or false", item[field])
-            values[field] = flag
     return TerminalCommand(**values)
 
 
@@ -155,6 +149,15 @@ def _flag(value: Any) -> bool | None:
         word = value.strip().lower()
         return True if word in _TRUE else False if word in _FALSE else None
     return None
+
+
+_OPTIONAL_FIELDS: tuple[tuple[str, Callable[[Any], float | bool | None], str], ...] = (
+    ("min_timeout_sec", _number, "a number of seconds"),
+    ("max_timeout_sec", _number, "a number of seconds"),
+    ("block", _flag, "true or false"),
+    ("append_enter", _flag, "true or false"),
+)
+"""TerminalCommand's optional fields: how each value is coerced, and what it must be."""
 
 
 def _kind(value: Any) -> str:

@@ -109,11 +109,13 @@ class HostEnvironment:
 
 
 async def record(image: str) -> dict[str, object]:
-    container = subprocess.run(
+    started = await asyncio.to_thread(
+        subprocess.run,
         ["docker", "run", "-d", "--rm", "--label", LABEL, "--hostname", "sandbox", "-w", WORKDIR,
          "--network", "none", "--init", image, "sleep", "infinity"],
         check=True, capture_output=True, text=True,
-    ).stdout.strip()
+    )
+    container = started.stdout.strip()
     try:
         with tempfile.TemporaryDirectory(prefix="rsr-record-") as tmp:
             wrapper = Path(tmp) / "bin" / "bash"
@@ -149,8 +151,9 @@ async def record(image: str) -> dict[str, object]:
                 print(f"{name}: {len(observation)} chars", file=sys.stderr)
             await session.environment.exec("tmux kill-server")
     finally:
-        subprocess.run(["docker", "rm", "-f", container], capture_output=True)
-    tmux = subprocess.run(["tmux", "-V"], capture_output=True, text=True).stdout.strip()
+        await asyncio.to_thread(subprocess.run, ["docker", "rm", "-f", container], capture_output=True)
+    version = await asyncio.to_thread(subprocess.run, ["tmux", "-V"], capture_output=True, text=True)
+    tmux = version.stdout.strip()
     return {
         "recorded_with": f"harbor 0.25.0 TmuxSession + Terminus2._limit_output_length, {tmux} "
                          f"on {platform.platform()}",

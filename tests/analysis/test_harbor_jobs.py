@@ -511,6 +511,23 @@ def test_step_exceptions_count_as_harbors_do(rec: Recording, tmp_path: Path) -> 
     _edit(result, lambda d: d.update(step_results=[step]))
     (trial,) = [t for t in scan_harbor_jobs(job).trials if t.trial == name]
     assert (trial.rollout.status, trial.cause) == ("infra_error", "sandbox_failed")
+    # Two steps, two types: counted once each, as Harbor's exception_stats; the note
+    # names the one that voided the reward, not the agent's own timeout before it
+    timeout = {**step, "exception_info": {**step["exception_info"],
+                                          "exception_type": "AgentTimeoutError"}}
+    _edit(result, lambda d: d.update(step_results=[timeout, step]))
+    jobs = scan_harbor_jobs(job)
+    (trial,) = [t for t in jobs.trials if t.trial == name]
+    assert trial.exceptions == ("AgentTimeoutError", "SandboxLikelyOutOfMemoryError")
+    assert (trial.exception, trial.infra_exception) == (
+        "AgentTimeoutError", "SandboxLikelyOutOfMemoryError")
+    counts = jobs.exception_counts()[trial.rollout.harness]
+    assert counts["AgentTimeoutError"] == 1 + sum(  # the trials that already had one
+        t.exception == "AgentTimeoutError" and t.rollout.harness == trial.rollout.harness
+        for t in jobs.trials if t.trial != name)
+    assert counts["SandboxLikelyOutOfMemoryError"] == 1
+    assert "SandboxLikelyOutOfMemoryError 1" in jobs.note()
+    assert "AgentTimeoutError" not in jobs.note()
 
 
 def test_naive_and_missing_start_times_still_order(rec: Recording, tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ by Harbor's verifier), writes nothing when told to (Harbor raises
 Output, replaced on every run, under ``tests/analysis/fixtures/<dir>/`` where ``<dir>`` is
 ``harbor_jobs`` (0.25) or ``harbor_jobs_026`` (0.26):
 
-- ``<dir>/<job>/…``: the two job directories, keeping
+- ``<dir>/<job>/…``: the job directories (two; three from 0.26), keeping
   the ``config.json`` and ``result.json`` files of the job and its trials (``lock.json``,
   logs, agent and verifier output are dropped); the work root's absolute path becomes
   ``/work/harbor-record`` and the repository's ``<repo>``. ``tb-sweep`` (terminus-2 with
@@ -54,12 +54,22 @@ Output, replaced on every run, under ``tests/analysis/fixtures/<dir>/`` where ``
   trial, and its process is killed (SIGKILL) while its last trial runs: that trial's
   directory holds only its ``config.json`` (Harbor writes ``result.json`` when a trial
   ends) and the job's ``result.json`` is the live one, without ``finished_at``.
+  ``steps-run`` (0.26 only: ``[[steps]]`` came with it; terminus-2 with one model, 3
+  attempts) runs the multi-step tasks ``steps-gated`` and ``steps-final`` of
+  ``tests/tasks/harbor_steps/`` (copied as the ``steps-mini`` dataset) through Harbor's
+  ``MultiStepTrial``, with ``record_harbor_steps.py``'s per-step plans: every step
+  passing, the gated step failing (the last step never runs), a step's verifier
+  crashing (the trial ends there; the steps before it still make steps-gated's reward),
+  and on steps-final the agent timing out on the first step, then the second step's
+  verifier crashing (two exceptions, on two steps). Harbor records these failures on
+  the steps (``step_results``), none on the trial.
 - ``<dir>/expected.json``: the Harbor version (``harbor``) and Harbor's own figures:
   each job's ``JobResult.stats`` (n_trials, n_errors, the mean metric, pass@k, reward and
   exception stats per ``agent__model__dataset``), and per trial Harbor's
   ``reward_valid``, its recorded exceptions' policies (``policies``) and, 0.25 only, its
-  ``failure_cause`` (``harbor/models/trial/result.py``), plus Harbor's whole
-  error-policy table (``harbor/models/trial/error_policy.py``; ``retry``/``grade``/
+  ``failure_cause`` (``harbor/models/trial/result.py``) and, for a multi-step trial,
+  its ``steps`` (each step that ran: name, rewards, exception type and policy), plus
+  Harbor's whole error-policy table (``harbor/models/trial/error_policy.py``; ``retry``/``grade``/
   ``reward_valid``, and ``cause`` in 0.25), which ``tests/analysis/test_harbor_jobs.py``
   checks our classification against.
 """
@@ -81,11 +91,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _harbor_recordin
 # when Harbor imports it by name
 
 import _harbor_recording as recording  # noqa: E402  (first: it sets Harbor's environment)
+import record_harbor_steps as steps  # noqa: E402  (the multi-step tasks' plans)
 from harbor.agents.installed.base import (  # noqa: E402
     ApiRateLimitError,
     NonZeroAgentExitCodeError,
 )
-from harbor.environments.base import BaseEnvironment, SandboxBuildFailedError  # noqa: E402
+from harbor.environments.base import (  # noqa: E402
+    BaseEnvironment,
+    ExecResult,
+    SandboxBuildFailedError,
+)
 from harbor.llms.base import ContextLengthExceededError  # noqa: E402
 from harbor.metrics.mean import Mean  # noqa: E402
 from harbor.models.agent.context import AgentContext  # noqa: E402
@@ -108,6 +123,9 @@ WORK = Path("/tmp/harbor-record")
 """Where Harbor runs; its absolute path, in the recorded files, becomes ``STABLE``."""
 STABLE = "/work/harbor-record"
 MODULE = "record_harbor_jobs"
+STEP_TASKS = REPO / "tests" / "tasks" / "harbor_steps"
+"""The multi-step tasks (``[[steps]]``) of ``record_harbor_steps.py``, whose plans they
+reuse; copied into the ``steps-mini`` dataset."""
 
 # -- the tasks --------------------------------------------------------------------------
 
@@ -155,8 +173,18 @@ fi
 """
 
 
+STEP_DATASET = "steps-mini"
+STEP_TASK_DIRS = ("steps-gated", "steps-final")
+"""The multi-step tasks run (``MultiStepTrial``): ``steps-gated`` (three steps, the
+second gated by ``min_reward``, the trial's reward the mean of the steps graded) and
+``steps-final`` (two steps, the trial's reward the last step's)."""
+
+
 def write_tasks(root: Path) -> None:
-    """One directory per dataset (Harbor names a local dataset after its directory)."""
+    """One directory per dataset (Harbor names a local dataset after its directory); the
+    multi-step tasks are copied as they are."""
+    for name in STEP_TASK_DIRS:
+        shutil.copytree(STEP_TASKS / name, root / "datasets" / STEP_DATASET / name)
     for dataset, tasks in DATASETS.items():
         dataset_dir = root / "datasets" / dataset
         for name, (toml, kind) in tasks.items():
@@ -196,6 +224,17 @@ PLANS: dict[tuple[str, str, str], list[str]] = {
     # trial is cancelled, and the job's process is killed while its last trial runs
     ("sec-rerun", "terminus-2:gpt-a", "crack-hash"): ["solve", "nothing", "solve"],
     ("sec-rerun", "terminus-2:gpt-a", "fix-git"): ["solve", "cancel", "hang"],
+    # job 3: the multi-step tasks, one model, 3 attempts; an action is a plan of
+    # record_harbor_steps.py (commands per step), or one of STEP_PLANS
+    ("steps-run", "terminus-2:gpt-a", "steps-gated"): ["all", "second-wrong", "verifier-crash"],
+    ("steps-run", "terminus-2:gpt-a", "steps-final"): ["all", "verifier-crash", "timeout-crash"],
+}
+STEP_PLANS: dict[str, dict[str, list[str]]] = {
+    **steps.PLANS,
+    # steps-final: the agent times out on the first step (graded, the next step runs),
+    # then the second step's verifier crashes: two exceptions on two steps
+    "timeout-crash": {**steps.RIGHT, "one": [*steps.RIGHT["one"], steps.STALL],
+                      "two": ["echo crash > /app/two.txt"]},
 }
 ORACLE = "oracle"
 _seen: Counter[tuple[str, str, str]] = Counter()
@@ -216,6 +255,7 @@ class HostDirEnvironment(recording.HostDirEnvironment):
     acts out the sandbox part of the trial's plan."""
 
     SANDBOXES = WORK / "sandboxes"
+    DIRS = (*recording.HostDirEnvironment.DIRS, "tests")  # the steps' verifiers empty it
 
     def __init__(self, *args: Any, job: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -235,6 +275,11 @@ class HostDirEnvironment(recording.HostDirEnvironment):
             )
         await super().start(force_build)
 
+    async def exec(self, command: str, *args: Any, **kwargs: Any) -> ExecResult:
+        if command.strip() == "pwd":  # MultiStepTrial uploads each step's workdir/ there
+            return ExecResult(stdout=self.CWD + "\n", stderr="", return_code=0)
+        return await super().exec(command, *args, **kwargs)
+
 
 class ScriptedTerminus(recording.PlannedAgent):
     """Reports itself as ``terminus-2``; acts out its trial's planned action."""
@@ -250,8 +295,16 @@ class ScriptedTerminus(recording.PlannedAgent):
         self, instruction: str, environment: BaseEnvironment, context: AgentContext
     ) -> None:
         action = _actions[self.logs_dir.parent.name]
-        kind = DATASETS_KIND[environment.environment_name]
         context.n_input_tokens, context.n_output_tokens = 1200, 300
+        if environment.environment_name in STEP_TASK_DIRS:  # this step's commands
+            step = steps.step_instructions()[instruction.strip()]
+            for command in STEP_PLANS[action][step]:
+                if command == steps.STALL:
+                    await asyncio.sleep(3600)  # the step's agent timeout cancels it
+                result = await environment.exec(command)
+                assert result.return_code == 0, (command, result.stderr)
+            return
+        kind = DATASETS_KIND[environment.environment_name]
         if action in ("solve", "partial"):
             file, content = ANSWERS[kind][action]
             await environment.exec(f"echo '{content}' > /app/{file}")
@@ -403,9 +456,22 @@ def harbor_figures(job_dirs: list[Path]) -> dict[str, Any]:
                 "policies": [policy_figures(e.policy) for e in recorded_exceptions(result)],
                 "reward_valid": result.reward_valid,
                 "sample": is_sample(result),
+                # multi-step trials only: the steps that ran, in order
+                **({"steps": [step_figures(step) for step in result.step_results]}
+                   if result.step_results is not None else {}),
             }
             for job, result in trials
         },
+    }
+
+
+def step_figures(step: Any) -> dict[str, Any]:
+    """A step that ran (``StepResult``): its name, rewards, exception type and policy."""
+    info = step.exception_info
+    return {
+        "name": step.step_name,
+        **recording.outcome(step),
+        "policy": policy_figures(info.policy) if info is not None else None,
     }
 
 
@@ -426,6 +492,9 @@ JOBS = {
             DatasetConfig(path=datasets / "tb-mini", task_names=["fix-git"]),
         ],
         3,
+    ),
+    "steps-run": lambda datasets: (
+        [terminus("gpt-a")], [DatasetConfig(path=datasets / STEP_DATASET)], 3
     ),
 }
 
@@ -471,6 +540,8 @@ def main() -> None:
     WORK.mkdir(parents=True)
     write_tasks(WORK)
     subprocess.run([sys.executable, __file__, "--job", "tb-sweep"], check=True)
+    if FIXTURES.name != FIXTURE_DIRS["0.25"]:  # [[steps]] came with 0.26
+        subprocess.run([sys.executable, __file__, "--job", "steps-run"], check=True)
     running = kill_while_running("sec-rerun")
     jobs = WORK / "jobs"
     shutil.rmtree(FIXTURES, ignore_errors=True)

@@ -200,6 +200,13 @@ class HarborTrial(msgspec.Struct, frozen=True, kw_only=True):
     """The first recorded exception's type (Harbor's ``exception_type``), if any."""
     cause: str | None = None
     """Harbor 0.25's failure cause of that exception (:data:`FAILURE_CAUSES`)."""
+    exceptions: tuple[str, ...] = ()
+    """Every recorded exception's type, the trial's then its steps' in step order
+    (Harbor's ``TrialResult.recorded_exceptions``); a multi-step trial records its
+    failures on the steps, so it may have several, and no trial-level one."""
+    infra_exception: str | None = None
+    """For an ``infra_error``, the first recorded exception whose policy voids the
+    reward (what kept the trial from being graded); ``None`` otherwise."""
 
 
 class HarborJobs(msgspec.Struct, frozen=True, kw_only=True):
@@ -219,11 +226,13 @@ class HarborJobs(msgspec.Struct, frozen=True, kw_only=True):
         return [trial.rollout for trial in self.trials]
 
     def exception_counts(self) -> dict[str, dict[str, int]]:
-        """Harness → exception type → trials that recorded it (graded or not)."""
+        """Harness → exception type → trials that recorded it (graded or not; a trial
+        counts once per type it recorded on itself or its steps, as Harbor's
+        ``JobStats.exception_stats``)."""
         counts: dict[str, Counter[str]] = {}
         for trial in self.trials:
-            if trial.exception is not None:
-                counts.setdefault(trial.rollout.harness, Counter())[trial.exception] += 1
+            if trial.exceptions:
+                counts.setdefault(trial.rollout.harness, Counter()).update(set(trial.exceptions))
         return {harness: dict(sorted(c.items())) for harness, c in sorted(counts.items())}
 
     def note(self) -> str:
@@ -232,7 +241,8 @@ class HarborJobs(msgspec.Struct, frozen=True, kw_only=True):
         if self.unfinished:
             parts.append(f"{len(self.unfinished)} still running (no result.json) skipped")
         errors = Counter(
-            t.exception or "no reward" for t in self.trials if t.rollout.status == "infra_error"
+            t.infra_exception or "no reward"
+            for t in self.trials if t.rollout.status == "infra_error"
         )
         if errors:
             listed = ", ".join(f"{name} {n}" for name, n in sorted(errors.items()))
@@ -407,14 +417,20 @@ def _trials(found: list[tuple[str, Path, _TrialResult]]) -> list[HarborTrial]:
         for attempt, (job, result) in enumerate(members):
             exceptions = _exceptions(result)
             first = exceptions[0].exception_type if exceptions else None
+            rollout = _rollout(result, task=task, harness=harness, attempt=attempt,
+                               exceptions=exceptions)
+            voiding = [i.exception_type for i in exceptions if not _keeps_reward(i)]
             trials.append(
                 HarborTrial(
                     job=job,
                     trial=result.trial_name,
-                    rollout=_rollout(result, task=task, harness=harness, attempt=attempt,
-                                     exceptions=exceptions),
+                    rollout=rollout,
                     exception=first,
                     cause=failure_cause(first) if first else None,
+                    exceptions=tuple(i.exception_type for i in exceptions),
+                    infra_exception=(
+                        voiding[0] if voiding and rollout.status == "infra_error" else None
+                    ),
                 )
             )
     return trials

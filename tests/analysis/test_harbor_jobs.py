@@ -2,9 +2,11 @@
 
 ``fixtures/harbor_jobs/`` (Harbor 0.25.0) and ``fixtures/harbor_jobs_026/`` (0.26.0) each
 hold the same two jobs written by that version's own ``Job``/``Trial``/``Verifier``
-code, and ``expected.json`` what that Harbor computes from them
+code (0.26 also a third, ``steps-run``: multi-step tasks run by its ``MultiStepTrial``),
+and ``expected.json`` what that Harbor computes from them
 (``scripts/record_harbor_jobs.py``; the version is in ``expected.json``'s ``harbor``):
-per trial its ``reward_valid``, its exceptions' policies and (0.25 only) failure cause,
+per trial its ``reward_valid``, its exceptions' policies, (0.25 only) failure cause and
+(multi-step trials) the steps that ran with their rewards and exceptions,
 per ``agent__model__dataset`` its ``JobStats`` (errors, exception stats, the mean
 metric, pass@k) over all trials and, per task, over the trials that are samples. Both
 recordings are kept: users analyze job directories from either version, and the two
@@ -84,6 +86,16 @@ def _by_name(jobs: HarborJobs) -> dict[str, HarborTrial]:
     return {f"{t.job}/{t.trial}": t for t in jobs.trials}
 
 
+def _recorded_exceptions(harbor: dict[str, Any]) -> list[str]:
+    """Harbor's ``recorded_exceptions`` of a recorded trial: its own, then its steps'."""
+    steps = [s["exception"] for s in harbor.get("steps", []) if s["exception"] is not None]
+    return [harbor["exception_type"], *steps] if harbor["exception_type"] else steps
+
+
+def _single_step(jobs: HarborJobs, rec: Recording) -> list[HarborTrial]:
+    return [t for t in jobs.trials if "steps" not in rec.trials[f"{t.job}/{t.trial}"]]
+
+
 def _evals_key(trial: HarborTrial, jobs: HarborJobs) -> str:
     """Harbor's group (``JobStats.format_agent_evals_key``) of one of our trials."""
     agent, _, model = trial.rollout.harness.partition(":")
@@ -99,7 +111,10 @@ def test_every_finished_trial_is_read_and_the_running_one_skipped(
 ) -> None:
     assert set(_by_name(jobs)) == set(rec.trials)
     assert list(jobs.unfinished) == rec.expected["running_trials"]
-    assert jobs.jobs == ("sec-rerun", "tb-sweep")
+    assert jobs.jobs == tuple(sorted(rec.expected["jobs"]))
+    assert set(jobs.jobs) - {"sec-rerun", "tb-sweep"} == (
+        set() if rec.harbor.startswith("0.25") else {"steps-run"}
+    )
     for name, job in rec.expected["jobs"].items():
         stats = job["stats"]
         mine = [t for t in jobs.trials if t.job == name]
@@ -150,7 +165,9 @@ def test_each_trial_is_graded_as_harbors_error_policy_says(
     for name, trial in _by_name(jobs).items():
         harbor = rec.trials[name]
         rollout = trial.rollout
-        assert trial.exception == harbor["exception_type"], name
+        recorded = _recorded_exceptions(harbor)
+        assert list(trial.exceptions) == recorded, name
+        assert trial.exception == (recorded[0] if recorded else None), name
         if "failure_cause" in harbor:  # 0.25 only: 0.26 has no failure causes
             assert trial.cause == harbor["failure_cause"], name
         assert rollout.graded == harbor["sample"], name
@@ -172,20 +189,21 @@ def test_each_trial_is_graded_as_harbors_error_policy_says(
 
 
 def test_the_fixtures_cover_every_kind_of_trial(rec: Recording, jobs: HarborJobs) -> None:
+    single = _single_step(jobs, rec)  # multi-step trials: test_multi_step_trials_...
     kinds = Counter(
-        (t.rollout.status, t.cause, len(t.rollout.rewards or {}) > 1) for t in jobs.trials
+        (t.rollout.status, t.cause, len(t.rollout.rewards or {}) > 1) for t in single
     )
     assert kinds[("succeeded", None, False)] and kinds[("failed", None, False)]
     assert kinds[("failed", None, True)]  # partial credit: several keys
-    assert any(0 < (t.rollout.reward or 0) < 1 for t in jobs.trials)  # a fractional reward
+    assert any(0 < (t.rollout.reward or 0) < 1 for t in single)  # a fractional reward
     assert kinds[("failed", "agent_exhausted_budget", True)]  # AgentTimeoutError, verified
     # ContextLengthExceededError: 0.25 never verifies (a 0 for the agent's own end),
     # 0.26 verifies (a reward of 0)
     assert kinds[("failed", "agent_exhausted_budget", False)]
     assert kinds[("cancelled", "cancelled", False)]
-    causes = {t.cause for t in jobs.trials if t.rollout.status == "infra_error"}
+    causes = {t.cause for t in single if t.rollout.status == "infra_error"}
     infra = {"sandbox_failed", "model_provider_failed", "verifier_failed"}
-    exit_code = [t for t in jobs.trials if t.exception == "NonZeroAgentExitCodeError"]
+    exit_code = [t for t in single if t.exception == "NonZeroAgentExitCodeError"]
     assert len(exit_code) == 1
     if rec.harbor.startswith("0.25"):  # an unclassified failure, retried as transient
         assert causes == infra | {"unclassified"}
@@ -197,7 +215,7 @@ def test_the_fixtures_cover_every_kind_of_trial(rec: Recording, jobs: HarborJobs
         verified_infra = 1  # the rate limit's
     assert sum(
         rec.trials[f"{t.job}/{t.trial}"]["rewards"] is not None
-        for t in jobs.trials if t.rollout.status == "infra_error"
+        for t in single if t.rollout.status == "infra_error"
     ) == verified_infra
 
 
@@ -207,9 +225,9 @@ def test_errors_per_group_equal_harbors_exception_stats(rec: Recording, jobs: Ha
         assert len(mine) == harbor["n_results"], key
         assert sum(t.exception is not None for t in mine) == harbor["n_errors"], key
         by_type: dict[str, list[str]] = {}
-        for trial in mine:
-            if trial.exception is not None:
-                by_type.setdefault(trial.exception, []).append(trial.trial)
+        for trial in mine:  # a trial under each type it (or a step of it) recorded
+            for exception in set(trial.exceptions):
+                by_type.setdefault(exception, []).append(trial.trial)
         assert {k: sorted(v) for k, v in by_type.items()} == {
             k: sorted(v) for k, v in harbor["exception_stats"].items()
         }, key
@@ -305,9 +323,11 @@ def test_harbor_026s_table_differs_from_025s_only_where_the_policy_is_recorded()
     assert "cause" not in new["unknown"]  # no failure causes in 0.26
     recorded = {}
     for path in RECORDINGS["0.26.0"].path.glob("*/*/result.json"):
-        info = json.loads(path.read_text())["exception_info"]
-        if info is not None:
-            recorded[info["exception_type"]] = info["policy"]["has_valid_reward"]
+        result = json.loads(path.read_text())
+        steps = [s["exception_info"] for s in result.get("step_results") or []]
+        for info in [result["exception_info"], *steps]:
+            if info is not None:
+                recorded[info["exception_type"]] = info["policy"]["has_valid_reward"]
     assert recorded == {name: new["by_type"][name]["reward_valid"] for name in recorded}
 
 
@@ -334,6 +354,61 @@ def test_a_recorded_policy_wins_over_025s_table(tmp_path: Path) -> None:
     assert status() == ("failed", 0.0)
     _edit(result, lambda d: d["exception_info"].pop("policy"))  # as 0.25 writes it
     assert status() == ("infra_error", None)
+
+
+def test_multi_step_trials_read_as_harbor_recorded_them() -> None:
+    """0.26's ``steps-run``: ``MultiStepTrial`` writes the trial's reward (the steps'
+    mean, or the last step's with ``multi_step_reward_strategy = "final"``) and records
+    failures on the steps, none on the trial; a reward counts only when no step's
+    exception voids it (``reward_valid``), even where earlier steps left one."""
+    rec = RECORDINGS["0.26.0"]
+    jobs = scan_harbor_jobs(rec.path / "steps-run")
+    trials = {t.trial: t for t in jobs.trials}
+    recorded = {name: {**t, "name": name} for job_trial, t in rec.trials.items()
+                for job, name in [job_trial.split("/", 1)] if job == "steps-run"}
+    assert set(trials) == set(recorded) and len(trials) == 6
+    for name, harbor in recorded.items():
+        trial = trials[name]
+        steps = harbor["steps"]
+        assert harbor["exception_type"] is None, name  # failures are the steps'
+        assert list(trial.exceptions) == [s["exception"] for s in steps if s["exception"]], name
+        if harbor["reward_valid"]:  # the reward Harbor wrote for the trial
+            assert trial.rollout.rewards == harbor["rewards"], name
+            assert trial.rollout.reward == main_reward(harbor["rewards"]), name
+        else:
+            assert (trial.rollout.status, trial.rollout.reward) == ("infra_error", None), name
+            assert trial.infra_exception == "RewardFileNotFoundError", name
+    # every step ran and passed (steps-gated's 3, steps-final's 2): the trial's reward is
+    # what Harbor wrote (steps-gated: the mean of the steps' maps, a missing key as 0,
+    # as `style` is only the last step's)
+    passed = {t["task_name"]: t for t in recorded.values()
+              if all((s["rewards"] or {}).get("reward") == 1 and s["exception"] is None
+                     for s in t["steps"])}
+    assert {task: len(t["steps"]) for task, t in passed.items()} == {
+        "rsr-async/steps-gated": 3, "rsr-async/steps-final": 2}
+    assert passed["rsr-async/steps-gated"]["rewards"] == {
+        "reward": 1.0, "style": pytest.approx(1 / 3)}
+    assert all(trials[t["name"]].rollout.status == "succeeded" for t in passed.values())
+    # the gated step failed (below min_reward): the last step never ran, and the mean of
+    # the two that did is a valid fractional reward
+    (gated,) = [t for t in recorded.values()
+                if [s["name"] for s in t["steps"]] == ["create", "extend"]
+                and t["steps"][1]["exception"] is None]
+    assert (gated["steps"][1]["rewards"], gated["rewards"]) == ({"reward": 0.0}, {"reward": 0.5})
+    assert trials[gated["name"]].rollout.status == "failed"
+    # a step's verifier crashed: the trial ended there. steps-gated's reward is the
+    # steps' before it (1.0), steps-final's none; neither is graded
+    crashed = [t for t in recorded.values()
+               if t["steps"][-1]["exception"] == "RewardFileNotFoundError"]
+    assert sorted((t["task_name"], t["rewards"] is not None) for t in crashed) == [
+        ("rsr-async/steps-final", False), ("rsr-async/steps-final", False),
+        ("rsr-async/steps-gated", True)]
+    assert all(t["steps"][-1]["rewards"] is None for t in crashed)
+    # the agent's own timeout on a step, then a later step's crash: two exceptions, the
+    # trial listed under both (Harbor's exception_stats); the crash is what voids it
+    (both,) = [t for t in crashed if t["steps"][0]["exception"] == "AgentTimeoutError"]
+    assert trials[both["name"]].exceptions == ("AgentTimeoutError", "RewardFileNotFoundError")
+    assert "RewardFileNotFoundError 3" in jobs.note() and "AgentTimeoutError" not in jobs.note()
 
 
 def test_read_logs_a_note(rec: Recording, caplog: pytest.LogCaptureFixture) -> None:
@@ -511,6 +586,23 @@ def test_step_exceptions_count_as_harbors_do(rec: Recording, tmp_path: Path) -> 
     _edit(result, lambda d: d.update(step_results=[step]))
     (trial,) = [t for t in scan_harbor_jobs(job).trials if t.trial == name]
     assert (trial.rollout.status, trial.cause) == ("infra_error", "sandbox_failed")
+    # Two steps, two types: counted once each, as Harbor's exception_stats; the note
+    # names the one that voided the reward, not the agent's own timeout before it
+    timeout = {**step, "exception_info": {**step["exception_info"],
+                                          "exception_type": "AgentTimeoutError"}}
+    _edit(result, lambda d: d.update(step_results=[timeout, step]))
+    jobs = scan_harbor_jobs(job)
+    (trial,) = [t for t in jobs.trials if t.trial == name]
+    assert trial.exceptions == ("AgentTimeoutError", "SandboxLikelyOutOfMemoryError")
+    assert (trial.exception, trial.infra_exception) == (
+        "AgentTimeoutError", "SandboxLikelyOutOfMemoryError")
+    counts = jobs.exception_counts()[trial.rollout.harness]
+    assert counts["AgentTimeoutError"] == 1 + sum(  # the trials that already had one
+        t.exception == "AgentTimeoutError" and t.rollout.harness == trial.rollout.harness
+        for t in jobs.trials if t.trial != name)
+    assert counts["SandboxLikelyOutOfMemoryError"] == 1
+    assert "SandboxLikelyOutOfMemoryError 1" in jobs.note()
+    assert "AgentTimeoutError" not in jobs.note()
 
 
 def test_naive_and_missing_start_times_still_order(rec: Recording, tmp_path: Path) -> None:

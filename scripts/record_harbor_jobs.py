@@ -365,16 +365,27 @@ def evals_key(result: TrialResult) -> str:
     return JobStats.format_agent_evals_key(result.agent_info.name, model, result.source or "adhoc")
 
 
+VALID_REWARDS_ONLY = FIXTURES.name != FIXTURE_DIRS["0.25"]
+"""0.26's ``Job`` gives its metrics only valid rewards (``_live_rewards``: a verifier
+result and ``reward_valid``), the others left out, and no metric when none is left
+(``_refresh_metrics_for_eval``); 0.25's gave every trial's, a missing one as None."""
+
+
 def eval_figures(results: list[TrialResult]) -> dict[str, dict[str, Any]]:
     """Per evals key, what ``Job.run()`` computes at the end of a job: ``JobStats`` from
     the trial results, then each key's ``Mean`` metric and pass@k."""
     stats = JobStats.from_trial_results(results)
     rewards: dict[str, list[Any]] = {}
     for result in results:
+        counted = result.verifier_result is not None and (result.reward_valid or not VALID_REWARDS_ONLY)
         rewards.setdefault(evals_key(result), []).append(
-            result.verifier_result.rewards if result.verifier_result is not None else None
+            result.verifier_result.rewards if counted and result.verifier_result is not None else None
         )
     for key, values in rewards.items():
+        if VALID_REWARDS_ONLY:
+            values = [v for v in values if v is not None]
+            if not values:
+                continue
         stats.evals[key].metrics.append(Mean().compute(values))
     for key, pass_at_k in compute_pass_at_k_by_evals(results).items():
         stats.evals[key].pass_at_k = pass_at_k

@@ -252,6 +252,27 @@ def _harbor_mean(maps: list[dict[str, float] | None]) -> dict[str, float]:
     return {k: statistics.fmean((m or {}).get(k, 0) for m in maps) for k in keys}
 
 
+def test_the_recorded_metrics_are_what_harbors_job_wrote(rec: Recording) -> None:
+    """The recording computes each evals key's metrics as Harbor's ``Job`` does (0.26: valid
+    rewards only): where all of a key's trials come from one job that finished, they
+    equal what that job wrote in its own ``result.json``."""
+    owners: dict[str, list[str]] = {}
+    for job, info in rec.expected["jobs"].items():
+        for key in info["stats"]["evals"]:
+            owners.setdefault(key, []).append(job)
+    checked = 0
+    for key, (job, *others) in owners.items():
+        if others or not rec.expected["jobs"][job]["finished"]:
+            continue
+        written = rec.expected["jobs"][job]["stats"]["evals"][key]["metrics"]
+        ours = rec.expected["evals"][key]["metrics"]
+        assert len(ours) == len(written), (key, job)
+        for computed, wrote in zip(ours, written, strict=True):
+            assert computed == pytest.approx(wrote), (key, job)
+        checked += 1
+    assert checked >= 1
+
+
 def test_samples_per_task_equal_harbors_figures(rec: Recording, jobs: HarborJobs) -> None:
     for key, harbor in rec.expected["evals"].items():
         for task, figures in harbor["samples_by_task"].items():

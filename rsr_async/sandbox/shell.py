@@ -462,15 +462,19 @@ class DockerShell:
         if not self._io.alive:
             raise ShellClosedError(f"{self._name}: the shell has exited")
         self._waiter.sent(parse_keystrokes(keys).replace(b"\r", b"\n") if keys else b"")
-        if not keys:
-            return
+        if keys:
+            await self._send_key(keys)
+
+    async def _send_key(self, key: str) -> None:
+        """One ``send-keys`` of ``key``: a key name is that key, other text literal; text
+        over tmux's message size goes with ``-l``, its newlines as Enter."""
         prefix = f"tmux send-keys -t {self._session} -- "
-        if len(prefix) + 1 + len(_shell_quoted(keys).encode()) > _SEND_KEYS_LIMIT:
+        if len(prefix) + 1 + len(_shell_quoted(key).encode()) > _SEND_KEYS_LIMIT:
             await self._command(
-                f"send-keys -l -t {self._session} -- {tmux_quote(keys.replace(chr(10), chr(13)))}"
+                f"send-keys -l -t {self._session} -- {tmux_quote(key.replace(chr(10), chr(13)))}"
             )
         else:
-            await self._command(f"send-keys -t {self._session} -- {tmux_quote(keys)}")
+            await self._command(f"send-keys -t {self._session} -- {tmux_quote(key)}")
 
     async def send_keys(self, keys: Sequence[str]) -> None:
         """One ``tmux send-keys`` with ``keys`` as its arguments, as terminal-bench's
@@ -489,13 +493,9 @@ class DockerShell:
         if len(command.encode()) <= _SEND_KEYS_LIMIT:
             await self._command(command)
             return
-        # Over tmux's message size: one key at a time, a long text as a literal (a key
-        # name is short, so only text gets here; its newlines go as Enter, as above).
+        # Over tmux's message size: one key at a time, as :meth:`send` sends one.
         for key in keys:
-            one = f"{prefix} {tmux_quote(key)}"
-            if len(one.encode()) > _SEND_KEYS_LIMIT:
-                one = f"send-keys -l -t {self._session} -- {tmux_quote(key.replace(chr(10), chr(13)))}"
-            await self._command(one)
+            await self._send_key(key)
 
     async def wait_for(self, channel: str, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for ``tmux wait -S channel`` on this pane's tmux server;
